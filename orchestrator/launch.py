@@ -1,0 +1,146 @@
+"""Runs a list of planned trials on Ray Tune, each trial one Ray Train run, logged to MLflow.
+
+Train V2 (Ray 2.60): a Tune trial is a light *driver* function that launches a TorchTrainer and
+forwards its reports with ``TuneReportCallback``; the trial holds 0.01 CPU and the Train workers
+hold the real CPUs/GPUs. Tune cannot see the workers' needs, so concurrency is capped from the
+cluster's resources (``max_concurrent``): that is what packs ``--gpus-per-trial 0.25`` runs four
+to a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.tracking import Tracker
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+
+    def concurrency(self, cluster: Mapping[str, float]) -> int:
+        """How many trials fit at once; raises when not even one fits."""
+        cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
+        if self.gpus_per_trial > gpus + 1e-9:
+            raise ValueError(
+                f"--gpus-per-trial {self.gpus_per_trial} but the cluster has {gpus:g} GPUs; "
+                "lower it, use 0 for CPU runs, or join a GPU cluster with --address"
+            )
+        if self.cpus_per_trial > cpus + 1e-9:
+            raise ValueError(
+                f"--cpus-per-trial {self.cpus_per_trial} but the cluster has {cpus:g} CPUs; lower it"
+            )
+        fit = math.floor((cpus + 1e-9) / self.cpus_per_trial)
+        if self.gpus_per_trial > 0:
+            fit = min(fit, math.floor((gpus + 1e-9) / self.gpus_per_trial))
+        return max(1, min(fit, self.max_concurrent or fit))
+
+
+def trial_fn(config: dict[str, Any]) -> None:
+    """One Tune trial: launch the run's TorchTrainer and fail the trial when the run fails."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from trainables.config import RunConfig
+    from trainables.train import run_torch_trainer
+
+    plan = config["trial"]
+    cfg = RunConfig.from_dict(plan["run"])
+    # The name is stable per (trial, config): after a driver kill, --resume relaunches the same
+    # Train run, which continues from its own latest checkpoint instead of starting over.
+    result = run_torch_trainer(
+        cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
+        max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
+    )
+    if result.error is not None:
+        raise RuntimeError(_reason(result.error))
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err)
+    for marker in ("NonFiniteLoss", "OutOfMemoryError", "CUDA out of memory"):
+        for line in text.splitlines():
+            if marker in line:
+                return line.strip()[:400]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else repr(err))[:400]
+
+
+def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | None = None,
+                  verbose: bool = True):
+    """A Tune callback that mirrors every trial into a child MLflow run, from the driver.
+
+    ``reuse`` maps trial keys to child runs left unfinished by an earlier, interrupted driver:
+    a resumed trial continues in its old run instead of adding a duplicate.
+    """
+    from ray.tune import Callback
+
+    reuse = dict(reuse or {})
+
+    class MlflowTrials(Callback):
+        def __init__(self) -> None:
+            self.runs: dict[str, str] = {}
+
+        def _run(self, trial) -> str:
+            if trial.trial_id not in self.runs:  # once per trial, even across Tune retries
+                plan = trial.config["trial"]
+                old = reuse.pop(plan["key"], None)
+                self.runs[trial.trial_id] = (tracker.reopen_child(old) if old
+                                             else tracker.start_child(parent_id, plan))
+            return self.runs[trial.trial_id]
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self._run(trial)
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            tracker.log_result(self._run(trial), result)
+            if verbose and result.get("final"):
+                t = trial.config["trial"]
+                print(f"  done {t['cell']:<28s} seed {t['seed']}: avg {result.get('test/avg', float('nan')):.2f}"
+                      f"  (STS-B dev {result.get('best_stsb_dev', float('nan')):.2f})", flush=True)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            tracker.end(self._run(trial), "FINISHED")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            run = self._run(trial)
+            reason = _trial_error(trial)
+            tracker.client.set_tag(run, "mmemb.error", reason)
+            tracker.end(run, "FAILED")
+            t = trial.config["trial"]
+            print(f"  FAILED {t['cell']} seed {t['seed']}: {reason}", flush=True)
+
+    return MlflowTrials()
+
+
+def _trial_error(trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        text = Path(path).read_text() if path else ""
+    except OSError:
+        text = ""
+    return _reason(RuntimeError(text)) if text else "trial failed (see the Ray logs)"
+
+
+def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resources: Resources,
+               callbacks: list, max_failures: int = 0) -> Any:
+    """Run planned trials (dicts from the planner) as one Tune experiment; returns the ResultGrid."""
+    import ray
+    from ray import tune
+
+    concurrency = resources.concurrency(ray.cluster_resources())
+    tuner = tune.Tuner(
+        tune.with_resources(trial_fn, {"CPU": 0.01}),
+        param_space={"trial": tune.grid_search(list(plans))},
+        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
+        run_config=tune.RunConfig(
+            name=name, storage_path=storage, callbacks=callbacks, verbose=1,
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+        ),
+    )
+    return tuner.fit()

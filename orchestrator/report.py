@@ -1,0 +1,113 @@
+"""The paper-shaped report of a table, rebuilt from MLflow alone.
+
+    python -m orchestrator.report --run PARENT_RUN_ID [--tracking-uri URI] [--out DIR]
+
+The parent run stores the table's spec (``grid.json``: cells, baseline, seeds, published numbers);
+the children store per-seed test scores. This module joins them, runs the statistics
+(``orchestrator.tables``) and writes ``report.md``, ``report.csv`` and ``report.png`` to the
+parent run's artifacts (and to ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from orchestrator import tables
+from orchestrator.tracking import Tracker
+
+
+def grid_spec(grid) -> dict[str, Any]:
+    """What the report needs of a Grid, as JSON (stored on the parent run)."""
+    return {
+        "name": grid.name, "title": grid.title, "baseline": grid.baseline,
+        "seeds": list(grid.seeds), "columns": list(grid.columns), "plot": grid.plot,
+        "xlabel": grid.xlabel, "note": grid.note,
+        "cells": [c.name for c in grid.cells],
+        "x": {c.name: c.x for c in grid.cells if c.x is not None},
+        "published": {c.name: dict(c.published) for c in grid.cells if c.published},
+    }
+
+
+def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any],
+                 outdir: Path) -> tuple[tables.TableAnalysis, str]:
+    """Analyse the parent's children, write md/csv/png to ``outdir`` and to the parent run."""
+    ok, failed = tracker.scores(parent_id)
+    results = {c: ok.get(c, {}) for c in spec["cells"]}
+    analysis = tables.analyze(
+        results, baseline=spec["baseline"], seeds=spec["seeds"], columns=spec["columns"],
+        published=spec["published"] or None, title=spec["title"],
+    )
+    md = tables.to_markdown(analysis)
+    if failed:
+        md += "\n\nFailed trials:\n" + "\n".join(
+            f"- {cell} seed {seed}: {why}" for cell, seeds in failed.items()
+            for seed, why in sorted(seeds.items()))
+    if spec.get("note"):
+        md += f"\n\nNote: {spec['note']}\n"
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "report.md").write_text(md)
+    (outdir / "report.csv").write_text(tables.to_csv(analysis))
+    kind = spec["plot"] if spec["plot"] == "sweep" and spec["x"] else "bars"
+    tables.to_png(analysis, outdir / "report.png", kind=kind,
+                  x=spec["x"] if kind == "sweep" else None, xlabel=spec.get("xlabel"))
+    for name in ("report.md", "report.csv", "report.png"):
+        tracker.log_artifact_file(parent_id, outdir / name)
+    _log_summary(tracker, parent_id, analysis, spec)
+    return analysis, md
+
+
+def _log_summary(tracker: Tracker, parent_id: str, a: tables.TableAnalysis, spec) -> None:
+    """Headline numbers on the parent so the MLflow run list can sort and compare tables."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    metrics = []
+    for cell in spec["cells"]:
+        try:
+            e = a.entry(cell, "avg")
+        except KeyError:
+            continue
+        slug = "".join(ch if ch.isalnum() else "_" for ch in cell).strip("_")
+        values = {"mean": e.mean, "std": e.std, "holm_p": e.holm_p}
+        if e.comparison is not None:
+            values.update(diff=e.comparison.diff, student_p=e.comparison.t_student_p)
+        for name, v in values.items():
+            if isinstance(v, int | float) and v == v:
+                metrics.append(Metric(f"{slug}/avg_{name}", float(v), now, 0))
+    if metrics:
+        tracker.client.log_batch(parent_id, metrics=metrics)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m orchestrator.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", required=True, help="MLflow run id of the table's parent run")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: ./mlflow.db)")
+    p.add_argument("--out", help="also write report.md/csv/png here")
+    args = p.parse_args(argv)
+    try:
+        tracker = Tracker(args.tracking_uri)
+        try:
+            spec = json.loads(tracker.load_artifact_text(args.run, "grid.json"))
+        except Exception:
+            raise ValueError(f"run {args.run} is not a table parent run (no grid.json artifact); "
+                             "pass the parent run id printed by orchestrator.ablate") from None
+    except (ValueError, ConnectionError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mmemb-report-"))
+    _, md = build_report(tracker, args.run, spec, out)
+    print(md)
+    print(f"\nreport files: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""MLflow bookkeeping: one parent run per table or search, one child run per (cell, seed) trial.
+
+Nesting is explicit (``mlflow.parentRunId`` set by us, never inferred from an active-run stack:
+Ray's and Optuna's integrations are known to lose it), and all writes happen in the driver
+through a Tune callback, so trial processes never open the database and a sqlite store has one
+writer. Resume bookkeeping reads the same runs back: a trial is done when its child run FINISHED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orchestrator.provenance import git_state
+
+EXPERIMENT = "mmemb"
+TAG = "mmemb."  # prefix of our tags
+
+
+def default_tracking_uri() -> str:
+    """The embedded default: a sqlite store in the working directory (absolute: trials chdir)."""
+    return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Fail before anything starts when an http(s) tracking server does not answer."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
+            if r.status == 200:
+                return
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        raise ConnectionError(
+            f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); start it "
+            "(mlflow server ...) or drop --tracking-uri to use the local store"
+        ) from None
+    raise ConnectionError(f"MLflow tracking server {uri} did not answer /health with 200")
+
+
+class Tracker:
+    """Thin wrapper over ``MlflowClient`` with the project's run layout."""
+
+    def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT):
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri or default_tracking_uri()
+        check_reachable(self.uri)
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(self.uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            artifacts = None
+            if self.uri.startswith("sqlite:"):  # keep artifacts beside the db, not in a trial's cwd
+                artifacts = (Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts").as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifacts)
+        else:
+            self.experiment_id = exp.experiment_id
+
+    # --- parents ----------------------------------------------------------------------------
+    def start_parent(self, name: str, kind: str, plan_id: str, tags: Mapping[str, str],
+                     resume: bool) -> tuple[str, bool]:
+        """A new parent run, or with ``resume`` the latest one of the same plan. -> (id, resumed)."""
+        if resume:
+            runs = self.client.search_runs(
+                [self.experiment_id], f"tags.`{TAG}plan_id` = '{plan_id}'",
+                order_by=["attributes.start_time DESC"], max_results=1,
+            )
+            if runs:
+                self.client.set_terminated(runs[0].info.run_id, "RUNNING")
+                return runs[0].info.run_id, True
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={
+            f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(), **tags,
+        })
+        return run.info.run_id, False
+
+    def end(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)
+
+    # --- children ---------------------------------------------------------------------------
+    def children(self, parent_id: str) -> list[Any]:
+        return self.client.search_runs(
+            [self.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'", max_results=5000
+        )
+
+    def finished_trials(self, parent_id: str) -> dict[str, str]:
+        """trial key -> child run id, for children that FINISHED (resume skips these)."""
+        return {r.data.tags[f"{TAG}trial"]: r.info.run_id for r in self.children(parent_id)
+                if r.info.status == "FINISHED" and f"{TAG}trial" in r.data.tags}
+
+    def unfinished_trials(self, parent_id: str) -> dict[str, str]:
+        """trial key -> run id of children left RUNNING/FAILED/KILLED (reused on resume)."""
+        return {r.data.tags[f"{TAG}trial"]: r.info.run_id for r in self.children(parent_id)
+                if r.info.status != "FINISHED" and f"{TAG}trial" in r.data.tags}
+
+    def reopen_child(self, run_id: str) -> str:
+        self.client.update_run(run_id, status="RUNNING")
+        self.client.set_tag(run_id, f"{TAG}error", "")
+        return run_id
+
+    def start_child(self, parent_id: str, trial: Mapping[str, Any]) -> str:
+        from mlflow.entities import Param
+
+        run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags={
+            "mlflow.parentRunId": parent_id, f"{TAG}trial": trial["key"],
+            f"{TAG}grid": trial["grid"], f"{TAG}cell": trial["cell"],
+            f"{TAG}seed": str(trial["seed"]), f"{TAG}config_hash": trial["config_hash"],
+            **git_state(),
+        })
+        params = [Param(k, str(v)[:6000]) for k, v in flat_params(trial["run"]).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(run.info.run_id, params=params[i : i + 100])
+        return run.info.run_id
+
+    def log_result(self, run_id: str, result: Mapping[str, Any]) -> None:
+        """Dev curve points and loss terms at their step; final test scores once."""
+        import time
+
+        from mlflow.entities import Metric
+
+        step = int(result.get("step", 0))
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
+                   if _is_metric(k, v)]
+        if metrics:
+            self.client.log_batch(run_id, metrics=metrics)
+        if result.get("checkpoint_path"):
+            self.client.set_tag(run_id, f"{TAG}checkpoint", str(result["checkpoint_path"]))
+
+    # --- read back --------------------------------------------------------------------------
+    def scores(self, parent_id: str) -> tuple[dict[str, dict[int, dict[str, float]]], dict]:
+        """cell -> seed -> final metrics (``test/`` prefix dropped) of FINISHED children; and
+        cell -> seed -> failure reason of the others."""
+        ok: dict[str, dict[int, dict[str, float]]] = {}
+        failed: dict[str, dict[int, str]] = {}
+        for r in self.children(parent_id):
+            t = r.data.tags
+            cell, seed = t.get(f"{TAG}cell"), int(t.get(f"{TAG}seed", -1))
+            if r.info.status == "FINISHED":
+                m = {k.removeprefix("test/"): v for k, v in r.data.metrics.items()
+                     if k.startswith("test/")}
+                m["best_stsb_dev"] = r.data.metrics.get("best_stsb_dev", float("nan"))
+                ok.setdefault(cell, {})[seed] = m
+            else:
+                failed.setdefault(cell, {})[seed] = t.get(f"{TAG}error") or r.info.status
+        for cell, seeds in failed.items():  # a later success of the same trial wins
+            for seed in [s for s in seeds if s in ok.get(cell, {})]:
+                del seeds[seed]
+        return ok, {c: s for c, s in failed.items() if s}
+
+    def log_artifact_text(self, run_id: str, name: str, text: str) -> None:
+        self.client.log_text(run_id, text, name)
+
+    def log_artifact_file(self, run_id: str, path: str | Path) -> None:
+        self.client.log_artifact(run_id, str(path))
+
+    def load_artifact_text(self, run_id: str, name: str) -> str:
+        return Path(self.client.download_artifacts(run_id, name)).read_text()
+
+
+def _is_metric(key: str, value: Any) -> bool:
+    keep = key in ("stsb_dev", "best_stsb_dev", "best_step", "lr", "epoch", "final", "steps") \
+        or key.startswith(("loss/", "test/"))
+    return keep and isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def flat_params(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(flat_params(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list | tuple) else v
+    return out

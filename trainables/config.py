@@ -1,0 +1,238 @@
+"""The run config: everything one training run depends on, frozen, hashable, overridable by dotted keys.
+
+A grid row, a search trial and a command line all produce a `RunConfig` by applying overrides
+(``{"objective.threshold": 0.8, "lr": 2e-5}``) to a base; the config hash then names the run, so
+two runs with the same hash are the same experiment (the seed is part of the config).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainables.objectives import ObjectiveConfig
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the training and evaluation data live. ``demo=True`` generates the demo corpus."""
+
+    demo: bool = False
+    """use the generated demo corpus (trainables.demo_corpus) instead of the paths below"""
+    text: str | None = None
+    """Wiki1M-style text file, one sentence per line (None: no text batches, caption-only)"""
+    pairs: str | None = None
+    """Parquet feature store of (caption, image) pairs (trainables.store); None: text-only SimCSE"""
+    senteval: str | None = None
+    """SentEval 'downstream' folder (STS/, SICK/) for dev and test evaluation"""
+    image_column: str = "image"
+    """store column used as the image feature ('image' = CLIP image, 'resnet' = MCSE ResNet-50)"""
+    demo_seed: int = 0
+    """seed of the generated demo corpus (fixed across runs so seeds vary training only)"""
+    cache_dir: str = ".cache/mmemb"
+    """where the demo corpus and tokenised caches are written"""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run. Defaults are the official MCSE recipe (BERT-base, wiki+flickr)."""
+
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    """method, weights, margins, temperatures and switches (trainables.objectives)"""
+    data: DataConfig = field(default_factory=DataConfig)
+    encoder: str = "bert-base-uncased"
+    """student encoder: hub name or local folder (BERT or RoBERTa)"""
+    text_teachers: tuple[str, ...] = ()
+    """DALR text teachers (hub names or folders), weights in objective.teacher_weights"""
+    lr: float = 3e-5
+    batch_size: int = 64
+    epochs: int = 3
+    max_steps: int | None = None
+    """stop after this many optimiser steps (None: the full schedule); the LR decays over it"""
+    max_length: int = 32
+    """training tokenisation length (official: 32)"""
+    eval_every: int = 125
+    """STS-B dev evaluation (and checkpoint) every N optimiser steps, and at the last step"""
+    seed: int = 0
+    schedule: str = "official"
+    """batch alternation: 'official' (every k-th step a pair batch) or 'proportional' (MCSE paper)"""
+    precision: str = "auto"
+    """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32'"""
+    proj_dim: int = 256
+    adam_eps: float = 1e-6
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    num_workers: int = 1
+    """Ray Train workers (DDP); the batch is split across them"""
+    use_gpu: bool | None = None
+    """None: use a GPU when the cluster has one (resources per worker are set by the launcher)"""
+    eval_batch_size: int = 128
+    final_eval: bool = True
+    """evaluate the best checkpoint on the seven STS tasks at the end"""
+
+    # --- identity -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _to_jsonable(dataclasses.asdict(self))
+
+    def config_hash(self) -> str:
+        """Stable 12-hex hash of every field (seed included); same hash, same experiment."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        return RunConfig().with_overrides(flatten(d))
+
+    # --- overrides ------------------------------------------------------------------------
+    def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
+        """Apply ``{"a.b": value}`` overrides; unknown keys and wrong types raise one clear line."""
+        cfg: Any = self
+        for key, value in overrides.items():
+            cfg = _set(cfg, key.split("."), value, key)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        def bad(msg: str) -> None:
+            raise ValueError(f"invalid run config: {msg}")
+
+        if self.lr <= 0:
+            bad(f"lr={self.lr} must be > 0")
+        if self.batch_size < 2:
+            bad(f"batch_size={self.batch_size} must be >= 2 (in-batch negatives need 2 rows)")
+        if self.epochs < 1:
+            bad(f"epochs={self.epochs} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            bad(f"max_steps={self.max_steps} must be >= 1 or None")
+        if self.eval_every < 1:
+            bad(f"eval_every={self.eval_every} must be >= 1")
+        if self.schedule not in ("official", "proportional"):
+            bad(f"schedule={self.schedule!r}; use 'official' or 'proportional'")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            bad(f"precision={self.precision!r}; use 'auto', 'bf16' or 'fp32'")
+        if self.num_workers < 1 or self.batch_size % self.num_workers:
+            bad(f"batch_size={self.batch_size} must split evenly over num_workers={self.num_workers}")
+        method = self.objective.method
+        if method != "simcse" and not self.data.demo and self.data.pairs is None:
+            bad(f"method {method!r} needs caption+image pairs: set data.pairs=STORE.parquet")
+        if method == "dalr" and not self.text_teachers and not self.data.demo:
+            bad("method 'dalr' needs text teachers: set text_teachers=[path, ...]")
+        self.objective.resolved()  # raises on bad objective settings
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"objective": {"lam": 0.1}}`` -> ``{"objective.lam": 0.1}`` (nested dataclass fields only)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and k in ("objective", "data"):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file of (nested or dotted) overrides; a clear error when it is not a mapping."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist; pass an existing YAML file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"config file {path} is not valid YAML ({e.__class__.__name__}); fix its syntax") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
+    return flatten(data)
+
+
+def parse_cli_overrides(items: list[str]) -> dict[str, Any]:
+    """``["lr=2e-5", "objective.threshold=none"]`` -> typed dict (YAML scalars: numbers, bools, null)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not key=value (e.g. lr=2e-5)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v) if v.strip().lower() not in ("none",) else None
+    return out
+
+
+# --- internals -------------------------------------------------------------------------------
+def _to_jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_to_jsonable(v) for v in x]
+    return x
+
+
+def _set(obj: Any, parts: list[str], value: Any, full: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    name = parts[0]
+    if name not in fields:
+        raise ValueError(
+            f"unknown setting {full!r}; known at this level: {', '.join(sorted(fields))}"
+        )
+    if len(parts) > 1:
+        child = getattr(obj, name)
+        if not dataclasses.is_dataclass(child):
+            raise ValueError(f"setting {full!r}: {name!r} has no sub-settings")
+        return dataclasses.replace(obj, **{name: _set(child, parts[1:], value, full)})
+    hints = typing.get_type_hints(type(obj))
+    return dataclasses.replace(obj, **{name: _coerce(value, hints[name], full)})
+
+
+def _coerce(value: Any, tp: Any, full: str) -> Any:
+    """Check and gently convert a value to the field's annotated type (int->float, list->tuple)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, full)
+            except ValueError as e:
+                errors.append(str(e))
+        raise ValueError(errors[0] if errors else f"setting {full!r} cannot be None")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"setting {full!r} expects a list, got {value!r}")
+        (inner, *_rest) = typing.get_args(tp)
+        return tuple(_coerce(v, inner, full) for v in value)
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is str and isinstance(value, str):
+        return value
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+        return _from_mapping(tp, value, full)
+    raise ValueError(f"setting {full!r} expects {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _from_mapping(tp: Any, value: Mapping[str, Any], full: str) -> Any:
+    obj = tp()
+    for k, v in value.items():
+        obj = _set(obj, [k], v, f"{full}.{k}")
+    return obj

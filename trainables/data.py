@@ -1,0 +1,115 @@
+"""Training data for one run: the text corpus, the caption+feature store, and batches on a device.
+
+Resolves the run config's data section (or the generated demo corpus) into readers, checks that
+every path exists before any model is built, and turns a schedule step into tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from trainables.corpus import TextCorpus, Tokenize
+
+from trainables.config import RunConfig
+from trainables.store import FeatureStore
+
+
+@dataclass
+class Batch:
+    """One step's tensors. Pair batches also carry the stored teacher features."""
+
+    kind: str
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    image: torch.Tensor | None = None
+    clip_text: torch.Tensor | None = None
+    text_teachers: tuple[torch.Tensor, ...] = ()
+    """precomputed text-teacher [CLS] embeddings (store columns teacher_<name>), if any"""
+
+
+@dataclass
+class TrainingData:
+    text: TextCorpus | None
+    pairs: FeatureStore | None
+    senteval_dir: Path
+    image_column: str
+    teacher_columns: tuple[str, ...]
+
+    @property
+    def n_text(self) -> int:
+        return len(self.text) if self.text is not None else 0
+
+    @property
+    def n_pair(self) -> int:
+        return len(self.pairs) if self.pairs is not None else 0
+
+    @property
+    def image_dim(self) -> int | None:
+        return self.pairs.dim(self.image_column) if self.pairs is not None else None
+
+    @property
+    def clip_text_dim(self) -> int | None:
+        if self.pairs is None or "clip_text" not in self.pairs.feature_columns:
+            return None
+        return self.pairs.dim("clip_text")
+
+    def batch(
+        self, kind: str, indices: np.ndarray, tokenize: Tokenize, device: torch.device
+    ) -> Batch:
+        if kind == "text":
+            assert self.text is not None
+            enc = tokenize(self.text.get(indices))
+            return Batch(kind, enc["input_ids"].to(device), enc["attention_mask"].to(device))
+        assert self.pairs is not None
+        rows = self.pairs.batch(indices)
+        enc = tokenize(rows["caption"])
+
+        def feat(name: str) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(rows[name])).to(device, non_blocking=True)
+
+        clip_text = feat("clip_text") if "clip_text" in rows else None
+        return Batch(
+            kind, enc["input_ids"].to(device), enc["attention_mask"].to(device),
+            image=feat(self.image_column), clip_text=clip_text,
+            text_teachers=tuple(feat(c) for c in self.teacher_columns),
+        )
+
+
+def _require(path: str | None, what: str, key: str) -> Path:
+    if path is None:
+        raise ValueError(f"no {what} configured; set {key}=PATH or use --profile demo")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"{what} not found at {p}; fix {key} or use --profile demo")
+    return p
+
+
+def load_data(cfg: RunConfig) -> TrainingData:
+    """Open every data source the config names, failing early with one clear line per problem."""
+    d = cfg.data
+    method = cfg.objective.method
+    if d.demo:
+        from trainables.demo_corpus import generate_demo
+
+        demo = generate_demo(Path(d.cache_dir) / "demo", seed=d.demo_seed)
+        text_path, pairs_path, senteval = demo.text_file, demo.pairs_store, demo.senteval_dir
+    else:
+        text_path = _require(d.text, "text corpus", "data.text") if d.text else None
+        pairs_path = _require(d.pairs, "pair store", "data.pairs") if method != "simcse" else None
+        senteval = _require(d.senteval, "SentEval data", "data.senteval")
+    text = TextCorpus(text_path) if text_path is not None else None
+    pairs = FeatureStore(pairs_path) if pairs_path is not None and method != "simcse" else None
+    if text is None and pairs is None:
+        raise ValueError("no training data: set data.text (text corpus) and/or data.pairs (store)")
+    if pairs is not None and d.image_column not in pairs.feature_columns:
+        raise ValueError(
+            f"store {pairs_path} has no feature column {d.image_column!r} "
+            f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
+        )
+    teacher_cols: tuple[str, ...] = ()
+    if pairs is not None and method == "dalr":
+        teacher_cols = tuple(c for c in pairs.feature_columns if c.startswith("teacher_"))
+    return TrainingData(text, pairs, Path(senteval), d.image_column, teacher_cols)

@@ -1,0 +1,178 @@
+"""One training run as a Ray Train job, and its command line.
+
+    python -m trainables.train --profile demo
+    python -m trainables.train --config run.yaml objective.method=kdmcse lr=2e-5 seed=3
+
+Ray 2.60 runs Train V2: a Tune trial must *launch* a TorchTrainer (``run_torch_trainer`` below,
+called from the orchestrator's trial function); passing a Trainer to a Tuner is gone. Checkpoints
+go through ``ray.train.report`` so Ray restores a failed worker group from the latest one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from trainables.config import RunConfig, load_yaml, parse_cli_overrides
+
+FINAL_KEY = "final"
+"""metric set to 1 on the last report, which carries the seven test scores"""
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train worker entry: build the Trainer, resume from Ray's checkpoint, run, report."""
+    import ray.train
+    import ray.train.torch
+
+    from trainables.loop import Trainer
+
+    cfg = RunConfig.from_dict(config["run"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    wrap = None
+    if world > 1:  # heads idle on text batches -> DDP must tolerate unused parameters
+        def wrap(m):
+            return ray.train.torch.prepare_model(
+                m, parallel_strategy_kwargs={"find_unused_parameters": True})
+    trainer = Trainer(cfg, device=device, rank=rank, world=world, wrap_model=wrap)
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            trainer.load_state(Path(d))
+    workdir = Path(tempfile.mkdtemp(prefix="mmemb-ckpt-"))
+
+    def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
+        if rank == 0:
+            line = " ".join(f"{k}={v:.4g}" for k, v in metrics.items()
+                            if isinstance(v, float) and k in ("stsb_dev", "best_stsb_dev", "loss/total"))
+            print(f"[{cfg.config_hash()}] step {metrics['step']}/{trainer.total_steps} {line}", flush=True)
+        if ckpt_dir is not None:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)))
+            shutil.rmtree(ckpt_dir, ignore_errors=True)  # Ray has copied it to storage
+        else:
+            ray.train.report(metrics)
+
+    final = trainer.fit(report, workdir)
+    metrics = {"step": trainer.step, FINAL_KEY: 1, **final}
+    if rank == 0:
+        out = workdir / "final"
+        trainer.save_state(out)
+        trainer.export_best(out / "model")
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(out)))
+    else:
+        ray.train.report(metrics)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: list | None = None,
+                      max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0):
+    """Build and fit the TorchTrainer of one run; returns Ray's Result.
+
+    ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several runs on one GPU (Ray's
+    fractions are logical: size the runs to fit the GPU's memory).
+    """
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else _cluster_has_gpu()
+    use_gpu = use_gpu and gpus > 0
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"run": cfg.to_dict()},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=use_gpu,
+            resources_per_worker={"CPU": cpus, **({"GPU": gpus} if use_gpu else {})},
+        ),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage_path, callbacks=callbacks or [],
+            failure_config=ray.train.FailureConfig(max_failures=max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    return trainer.fit()
+
+
+def _cluster_has_gpu() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_driver: bool = True):
+    """Join a cluster (``address``) or start a light embedded Ray (settings from ecosystem.md)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=log_to_driver)
+        return
+    ray.init(
+        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
+        object_store_memory=200 * 2**20,
+        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainables.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML file of run settings (nested or dotted keys)")
+    p.add_argument("--profile", help="demo | paper | FILE.yaml (data, encoder, teachers)")
+    p.add_argument("--method", help="simcse | mcse | kdmcse | dalr (shortcut for objective.method)")
+    p.add_argument("--storage", default="runs/ray", help="Ray storage path for checkpoints")
+    p.add_argument("--address", help="Ray address to join (default: embedded local Ray)")
+    p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts on failure")
+    p.add_argument("overrides", nargs="*", help="key=value settings, e.g. lr=2e-5 seed=3")
+    args = p.parse_args(argv)
+    from trainables.profiles import build_config
+
+    try:
+        overrides = load_yaml(args.config) if args.config else {}
+        overrides.update(parse_cli_overrides(args.overrides))
+        cfg = build_config(args.profile, args.method, overrides)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"run {cfg.config_hash()}: {cfg.objective.method} on {cfg.encoder}, seed {cfg.seed}")
+    init_ray(args.address)
+    storage = str(Path(args.storage).resolve())
+    result = run_torch_trainer(cfg, f"run-{cfg.config_hash()}", storage,
+                               max_failures=args.max_failures)
+    if result.error is not None:
+        print(f"error: run failed: {_root_cause(result.error)}", file=sys.stderr)
+        return 1
+    m = result.metrics or {}
+    print_final(m)
+    if result.checkpoint is not None:
+        print(f"best model: {result.checkpoint.path}/model")
+    return 0
+
+
+def _root_cause(err: BaseException) -> str:
+    msg = str(err).strip().splitlines()
+    lines = [ln for ln in msg if "NonFiniteLoss" in ln or "Error:" in ln]
+    return (lines[-1] if lines else (msg[-1] if msg else repr(err)))[:500]
+
+
+def print_final(m: dict[str, Any]) -> None:
+    tasks = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"]
+    print("best STS-B dev {:.2f} at step {}".format(m.get("best_stsb_dev", float("nan")),
+                                                    m.get("best_step")))
+    print(" ".join(f"{t:>8s}" for t in tasks))
+    print(" ".join(f"{m.get('test/' + t, float('nan')):8.2f}" for t in tasks))
+    if "test/alignment" in m:
+        print(f"alignment {m['test/alignment']:.3f}  uniformity {m['test/uniformity']:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
