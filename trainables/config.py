@@ -82,8 +82,13 @@ class RunConfig:
         return _to_jsonable(dataclasses.asdict(self))
 
     def config_hash(self) -> str:
-        """Stable 12-hex hash of every field (seed included); same hash, same experiment."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Stable 12-hex hash of every field that shapes the result (seed included).
+
+        ``data.cache_dir`` is left out: it says where derived files live, not what they are.
+        """
+        d = self.to_dict()
+        d["data"].pop("cache_dir")
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @classmethod

@@ -85,6 +85,11 @@ def build_config(
             for k, v in PAPER_RECIPES.get(method, {}).items():
                 merged.setdefault(k, v)
     merged.update(overrides or {})
+    # Trials run with another working directory: anchor relative paths at the caller's.
+    merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
+    for key in ("data.text", "data.pairs", "data.senteval"):
+        if isinstance(merged.get(key), str):
+            merged[key] = str(Path(merged[key]).expanduser().resolve())
     return RunConfig().with_overrides(merged)
 
 
