@@ -169,7 +169,13 @@ def parse_cli_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. lr=2e-5)")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v) if v.strip().lower() not in ("none",) else None
+        parsed = yaml.safe_load(v) if v.strip().lower() != "none" else None
+        if isinstance(parsed, str):
+            try:
+                parsed = float(parsed)  # YAML 1.1 leaves "2e-5" a string
+            except ValueError:
+                pass
+        out[k.strip()] = parsed
     return out
 
 
@@ -221,6 +227,12 @@ def _coerce(value: Any, tp: Any, full: str) -> Any:
             raise ValueError(f"setting {full!r} expects a list, got {value!r}")
         (inner, *_rest) = typing.get_args(tp)
         return tuple(_coerce(v, inner, full) for v in value)
+    if tp is float and isinstance(value, str):
+        # YAML 1.1 reads "2e-5" (no dot) as a string; accept it as the number it means.
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
