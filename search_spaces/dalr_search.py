@@ -1,0 +1,34 @@
+"""DALR search: lambda (log), mu, one angular margin (m1 = m2) and the text-teacher combination."""
+
+from orchestrator.grids import (
+    ALPHA_PARAM,
+    TEACHER_PARAM,
+    FloatRange,
+    SearchSpace,
+    check_choices,
+)
+from search_spaces._common import DALR, MCSE
+
+LAM = FloatRange("objective.lam", 1e-2, 1.0, log=True)  # code: 0.1
+MU = FloatRange("objective.mu", 0.05, 1.0)  # code: 0.2
+MARGIN = FloatRange("margin", 0.05, 0.3)  # code: m1 = m2 = 0.18
+ALPHA = FloatRange(ALPHA_PARAM, 0.1, 0.9)  # weight of the first teacher (code: 0.33)
+TEACHERS = check_choices(TEACHER_PARAM, ("simcse+diffcse", "simcse+rankcse", "simcse", "diffcse", "clip"))
+
+
+def define(trial):
+    LAM.suggest(trial)
+    MU.suggest(trial)
+    m = MARGIN.suggest(trial)
+    if "+" in trial.suggest_categorical(TEACHER_PARAM, TEACHERS):
+        ALPHA.suggest(trial)
+    return {"objective.text_margin": m, "objective.grounding_margin": m}
+
+
+SPACE = SearchSpace(
+    name="dalr_search",
+    title="DALR search: lambda (log), mu, margin, text-teacher combination vs MCSE",
+    base=DALR,
+    define=define,
+    baseline=MCSE,
+)
