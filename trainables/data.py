@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from trainables.corpus import TextCorpus, Tokenize
 
 from trainables.config import RunConfig
+from trainables.corpus import TextCorpus, Tokenize
 from trainables.store import FeatureStore
 
 
@@ -37,6 +37,7 @@ class TrainingData:
     senteval_dir: Path
     image_column: str
     teacher_columns: tuple[str, ...]
+    """store columns of precomputed text-teacher [CLS] embeddings to read with each pair batch"""
 
     @property
     def n_text(self) -> int:
@@ -109,7 +110,5 @@ def load_data(cfg: RunConfig) -> TrainingData:
             f"store {pairs_path} has no feature column {d.image_column!r} "
             f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
         )
-    teacher_cols: tuple[str, ...] = ()
-    if pairs is not None and method == "dalr":
-        teacher_cols = tuple(c for c in pairs.feature_columns if c.startswith("teacher_"))
-    return TrainingData(text, pairs, Path(senteval), d.image_column, teacher_cols)
+    # The trainer switches to stored text-teacher columns when they match its teachers.
+    return TrainingData(text, pairs, Path(senteval), d.image_column, ())

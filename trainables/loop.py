@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from trainables.corpus import Tokenize
-from trainables.schedule import BatchSchedule
 
 from trainables.config import RunConfig
+from trainables.corpus import Tokenize
 from trainables.data import Batch, TrainingData, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts
 from trainables.model import Student, StudentConfig
 from trainables.objectives import TeacherInputs, compute_objective
 from trainables.profiles import resolve_encoder
+from trainables.schedule import BatchSchedule
 
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
@@ -55,9 +55,11 @@ class Trainer:
         seed_everything(cfg.seed)  # official: before the model is built
         self.data: TrainingData = load_data(cfg)
         encoder = resolve_encoder(cfg.encoder)
+        # Build the CLIP-text head only where the objective uses it (KDMCSE; MCSE + CLIP text).
+        clip_text_dim = self.data.clip_text_dim if self.objective.clip_text_term else None
         self.student = Student(StudentConfig(
             encoder=encoder, method=self.objective.method, proj_dim=cfg.proj_dim,
-            image_dim=self.data.image_dim, clip_text_dim=self.data.clip_text_dim,
+            image_dim=self.data.image_dim, clip_text_dim=clip_text_dim,
         )).to(self.device)
         self.model = wrap_model(self.student) if wrap_model else self.student
         self.tokenize = Tokenize(self.student.tokenizer, max_length=cfg.max_length)
@@ -104,16 +106,23 @@ class Trainer:
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         teachers = [TextTeacher(p, dtype=dtype, student_tokenizer=self.student.tokenizer)
                     .to(self.device) for p in paths]
-        return TeacherEnsemble(teachers, o.teacher_weights)
+        ensemble = TeacherEnsemble(teachers, o.teacher_weights)
+        # Stored [CLS] columns replace the teachers' forward pass unless g2l needs token states.
+        stored = self.data.pairs.feature_columns if self.data.pairs is not None else ()
+        if not o.use_g2l and all(c in stored for c in ensemble.columns):
+            self.data.teacher_columns = tuple(ensemble.columns)
+        return ensemble
 
     # --- one step -------------------------------------------------------------------------
     def _teacher_inputs(self, batch: Batch) -> TeacherInputs:
-        embs: tuple[torch.Tensor, ...] = ()
+        embs: tuple[torch.Tensor, ...] = batch.text_teachers
         local: tuple[torch.Tensor, ...] = ()
-        if self.teachers is not None:
-            embs, local = self.teachers.encode_ids(batch.input_ids, batch.attention_mask)
+        if self.teachers is not None and not embs:
+            outs = self.teachers.encode(batch.input_ids, batch.attention_mask)
+            embs = tuple(o.emb for o in outs)
+            local = tuple(o.local for o in outs) if self.objective.use_g2l else ()
         return TeacherInputs(image=batch.image, clip_text=batch.clip_text,
-                             text_teachers=tuple(embs), text_teacher_local=tuple(local))
+                             text_teachers=embs, text_teacher_local=local)
 
     def train_step(self, kind: str, indices: np.ndarray) -> dict[str, torch.Tensor]:
         shard = indices[self.rank :: self.world]  # DDP: in-batch negatives are per worker

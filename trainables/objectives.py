@@ -1,125 +1,362 @@
-"""INTERFACE STUB: the objectives helper replaces the bodies; names and fields below are the contract.
+"""Loss terms of SimCSE, MCSE, KDMCSE and DALR as pure functions of tensors (torch only).
 
-Pure tensor functions for SimCSE, MCSE, KDMCSE and DALR (torch only).
+Why a module of its own: the official repos compute their objectives inside ``nn.Module``s, spread
+over model code, collators and hard-coded weights (methods.md §1-§4). Here every loss term is one
+function, so it can be checked line by line against loop references
+(tests/trainables/test_objectives.py) and composed by a config. The composition
+(``ObjectiveConfig``, ``StudentOutputs``, ``TeacherInputs``, ``compute_objective``) lives in
+``trainables.composition`` and is re-exported from here.
+
+Conventions: rows are anchors, positives on the diagonal; matrix functions take (bs, d) tensors
+and build (bs, bs) matrices. Defaults follow the official code exactly, quirks included; where a
+paper reads differently a keyword gives the paper's reading. Teacher-side matrices (frozen CLIP or
+text-teacher similarities) are computed without autocast in at least float32 and without gradient,
+as the official collator and ``no_grad`` blocks do.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+import importlib
+import math
+from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
-METHODS = ("simcse", "mcse", "kdmcse", "dalr")
+if TYPE_CHECKING:  # for type checkers; at run time __getattr__ below re-exports these
+    from trainables.composition import (
+        METHODS,
+        ObjectiveConfig,
+        StudentOutputs,
+        TeacherInputs,
+        compute_objective,
+    )
+    from trainables.objectives_dalr import (
+        G2L_MASK,
+        dalr_cma_loss,
+        dalr_consistency_loss,
+        dalr_global_local_loss,
+        dalr_ima_loss,
+        dalr_teacher_embedding,
+        dalr_teacher_local,
+        dalr_teacher_scores,
+        kl_distillation_loss,
+        listmle_loss,
+    )
+
+FALSE_NEGATIVE_BIAS = -99999.99
+"""KDMCSE collator constant added to filtered logits (train_mix.py)."""
+_ACOS_GRAD_EPS = 1e-12
+"""floor of 1 - x^2 in the acos derivative: finite gradients where |cos| reaches 1."""
 
 
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """Every weight, margin, temperature and switch of the four objectives.
+# ------------------------------------------------------------------------------ basic pieces
+class _SafeAcos(torch.autograd.Function):
+    """acos(clamp(x, -1, 1)) with the official values, but a finite derivative at |x| = 1.
 
-    ``None`` for a value means "the official code's value for this method" (resolved by
-    :meth:`resolved`), so one config type serves all four methods and a grid row states only
-    what it changes.
+    The official ``torch.acos(torch.clamp(c, -1, 1))`` has an infinite derivative at |c| = 1, and
+    with the zero factor of the outer cos it yields NaN (identical views). The derivative here is
+    -1/sqrt(max(1 - x^2, 1e-12)) inside [-1, 1] and 0 outside (as the clamp gives).
     """
 
-    method: str = "mcse"
-    """simcse | mcse | kdmcse | dalr"""
-    temperature: float = 0.05
-    """tau of the text-text InfoNCE (all repos: 0.05)"""
-    temperature_vl: float = 0.05
-    """tau' of the cross-modal terms (all repos: 0.05)"""
-    lam: float | None = None
-    """lambda: weight of the multimodal part (mcse 0.01, kdmcse 0.01, dalr 0.1 on 'cross')"""
-    mu: float | None = None
-    """mu: DALR weight of the intra-modal part (0.2); unused elsewhere"""
-    text_margin: float | None = None
-    """m1: fixed angular margin on text-text negatives (kdmcse 0.15, dalr 0.18, else 0 = plain cos)"""
-    grounding_margin: float | None = None
-    """m2: AdapACSE margin on grounding negatives (kdmcse 0.15, dalr 0.18)"""
-    adaptive_margin: bool = True
-    """AdapACSE on (Delta = 1 - teacher intra-modal cosine); off = plain InfoNCE grounding"""
-    threshold: float | None = None
-    """false-negative filter value (off in the official scripts; score_base 0.8 when on)"""
-    threshold_on: str = "dot"
-    """'dot': raw dot products of stored CLIP features (code); 'cosine': cosines (paper's reading)"""
-    clip_text_term: bool = True
-    """KDMCSE's L_t over CLIP-text features; MCSE can use it too (KDMCSE Table 5)"""
-    use_info: bool = True
-    """DALR L_Info (code: AdapACSE image grounding, 'L_cross')"""
-    use_consistency: bool = True
-    """DALR L_cons"""
-    use_cma: bool = True
-    """DALR L_CMA"""
-    use_ima: bool = True
-    """DALR L_IMA"""
-    use_rank: bool = True
-    """DALR L_rank (ListMLE)"""
-    use_g2l: bool = True
-    """DALR global-local token InfoNCE (code-only, not in the paper)"""
-    consistency_weight: float = 0.01
-    consistency_margin: float = 0.2
-    consistency_shift: int = 5
-    kl_student_temperature: float = 0.45
-    kl_teacher_temperature: float = 0.5
-    teacher_weights: tuple[float, ...] = (0.33, 0.67)
-    """weights of the DALR text teachers (SimCSE 0.33, DiffCSE 0.67)"""
-    teacher_temperature: float = 0.05
-    rank_eps: float = 1e-7
-    paper_reading: bool = False
-    """True: formulas as the papers print them where they differ from the code"""
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.acos(x.clamp(-1.0, 1.0))
 
-    def resolved(self) -> ObjectiveConfig:
-        raise NotImplementedError
-
-    def replace(self, **changes) -> ObjectiveConfig:
-        return dataclasses.replace(self, **changes)
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        d = -torch.rsqrt((1.0 - x * x).clamp_min(_ACOS_GRAD_EPS))
+        return torch.where(x.abs() <= 1.0, grad * d, torch.zeros_like(grad))
 
 
-@dataclass
-class StudentOutputs:
-    """What the student model produces for one batch (bs rows, two dropout views).
+def safe_acos(x: torch.Tensor) -> torch.Tensor:
+    """arccos with the official clamp to [-1, 1] and a NaN-free gradient (see ``_SafeAcos``)."""
+    return _SafeAcos.apply(x)
 
-    Fields that a batch kind does not need are None (text batches carry only z1, z2, cls1, cls2).
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """At least float32: logits are cos/0.05, so bf16 cosines would be 20x amplified noise."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _frozen(x: torch.Tensor) -> torch.Tensor:
+    """Teacher tensor: detached, at least float32 (bf16/fp16 features would also tie ranks)."""
+    return _f32(x.detach())
+
+
+def no_autocast(x: torch.Tensor):
+    """Context that switches autocast off on x's device (loss matrices stay in >= float32)."""
+    return torch.autocast(x.device.type, enabled=False)
+
+
+def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(bs_x, bs_y) cosines cos(x_i, y_j), as ``nn.CosineSimilarity(dim=-1)`` on broadcast rows.
+
+    Computed in at least float32 with autocast off, whatever the caller's precision.
     """
-
-    z1: torch.Tensor
-    """(bs, d) MLP output, view 1"""
-    z2: torch.Tensor
-    """(bs, d) MLP output, view 2"""
-    cls1: torch.Tensor | None = None
-    """(bs, d) [CLS] before the MLP, view 1 (l_pool; the evaluation embedding)"""
-    cls2: torch.Tensor | None = None
-    p1: torch.Tensor | None = None
-    """(bs, g) grounding head on cls1, L2-normalised"""
-    p2: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-    """(bs, g) image head on the image feature, L2-normalised"""
-    t: torch.Tensor | None = None
-    """(bs, g) CLIP-text head on the CLIP caption feature, L2-normalised"""
-    text_aligned: torch.Tensor | None = None
-    """(bs, 256) DALR text_aligner(z1)"""
-    image_aligned: torch.Tensor | None = None
-    """(bs, 256) DALR image_aligner(raw clip image feature)"""
-    attention_mask: torch.Tensor | None = None
-    """(bs, L) student attention mask"""
+    if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"cosine_matrix needs (n, d) and (m, d) tensors, got {tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    with no_autocast(x):
+        return F.normalize(_f32(x), dim=-1, eps=1e-8) @ F.normalize(_f32(y), dim=-1, eps=1e-8).t()
 
 
-@dataclass
-class TeacherInputs:
-    """Frozen teacher quantities for a caption+image batch (no gradients)."""
-
-    image: torch.Tensor
-    """(bs, Dv) stored image feature as stored (CLIP image, unnormalised; or ResNet)"""
-    clip_text: torch.Tensor | None = None
-    """(bs, Dt) stored CLIP text feature of the caption, unnormalised"""
-    text_teachers: tuple[torch.Tensor, ...] = ()
-    """DALR: one (bs, d) [CLS] embedding per text teacher, same order as teacher_weights"""
-    text_teacher_local: tuple[torch.Tensor, ...] = ()
-    """DALR g2l: one (bs, L-1, d) token-state tensor per text teacher (may be empty: g2l then 0)"""
+def frozen_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Teacher-side cosine matrix: no gradient, no autocast, at least float32."""
+    return cosine_matrix(_frozen(x), _frozen(y))
 
 
-def compute_objective(
-    cfg: ObjectiveConfig, student: StudentOutputs, teacher: TeacherInputs | None
-) -> dict[str, torch.Tensor]:
-    """Every named term and ``"total"``. ``teacher is None`` means a text-only batch."""
-    raise NotImplementedError
+def frozen_dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Teacher-side raw dot products x_i . y_j (KDMCSE's vc/cv scores): no gradient, no autocast."""
+    with no_autocast(x):
+        return _frozen(x) @ _frozen(y).t()
+
+
+def diagonal_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of CE(logits_i, target i): ``nn.CrossEntropyLoss()(logits, arange(bs))``."""
+    return F.cross_entropy(logits, torch.arange(logits.shape[0], device=logits.device))
+
+
+# ----------------------------------------------------------------------- SimCSE and margins
+def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    """Unsupervised SimCSE InfoNCE, z1 -> z2 only: mean_i CE([cos(z1_i, z2_j)/tau]_j, i).
+
+    SimCSE (Gao et al. 2021) Eq. 1; methods.md §1.
+    """
+    return diagonal_cross_entropy(cosine_matrix(z1, z2) / temperature)
+
+
+def angular_margin_logits(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    temperature: float,
+    margin: float,
+    teacher_similarity: torch.Tensor | None = None,
+    *,
+    form: str = "code",
+) -> torch.Tensor:
+    """KDMCSE's ArcSim logits (``ArcSimilarity.calculate_arccos2``; methods.md §3.2.1).
+
+    theta_ij = arccos(clamp(cos(x_i, y_j), -1, 1)). ``form``:
+
+    - ``"code"`` (default): off-diagonal entries with theta_ij > margin (plain margin) get
+      theta_ij - margin * (1 - s_ij), s = ``teacher_similarity`` (Delta = 1 - s; Delta = 1 without a
+      teacher); every other entry, the diagonal included, keeps cos(theta_ij).
+    - ``"eq12"``: KDMCSE paper Eq. 12 as printed: every off-diagonal entry gets
+      theta_ij - margin * |1 - s_ij|, with no theta > margin eligibility test.
+    - ``"arccse"``: ArcCSE / KDMCSE Eq. 10: the positive gets cos(theta_ii + margin) unless
+      theta_ii > pi - margin (``calculate_arccos1``, never called by the code); negatives plain.
+
+    Returns logit_ij = cos(theta'_ij) / temperature. ``margin == 0`` gives plain cos/temperature.
+    """
+    if form not in ("code", "eq12", "arccse"):
+        raise ValueError(f"form={form!r}; use 'code', 'eq12' or 'arccse'")
+    c = cosine_matrix(x, y)
+    if margin == 0:
+        return c / temperature
+    n, m = c.shape
+    if n != m:
+        raise ValueError(
+            f"angular_margin_logits needs as many anchors as candidates, got {n} and {m}"
+        )
+    eye = torch.eye(n, dtype=torch.bool, device=c.device)
+    theta = safe_acos(c)
+    if form == "arccse":
+        if teacher_similarity is not None:
+            raise ValueError(
+                "form='arccse' puts a fixed margin on the positive; pass teacher_similarity=None"
+            )
+        moved = eye & (theta <= math.pi - margin)
+        shifted = theta + margin
+    else:
+        if teacher_similarity is None:
+            delta = torch.ones_like(c)
+        else:
+            if teacher_similarity.shape != c.shape:
+                raise ValueError(
+                    f"teacher_similarity has shape {tuple(teacher_similarity.shape)}, logits {tuple(c.shape)}"
+                )
+            s = teacher_similarity.detach().to(theta.dtype)
+            delta = 1.0 - s if form == "code" else (1.0 - s).abs()
+        moved = ~eye if form == "eq12" else ~eye & (theta > margin)
+        shifted = theta - margin * delta
+    # Unmoved entries are clamp(c) = cos(acos(clamp(c))) exactly, without the acos gradient.
+    return torch.where(moved, torch.cos(shifted), c.clamp(-1.0, 1.0)) / temperature
+
+
+def threshold_bias(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """KDMCSE false-negative filter as an additive logit bias (collator; paper Eq. 8-9, 13).
+
+    -99999.99 where scores_ij > threshold and i != j, else 0; added after the temperature and
+    the margin, so a filtered negative leaves the softmax denominator and the diagonal never does.
+    """
+    n = scores.shape[0]
+    off = ~torch.eye(n, scores.shape[1], dtype=torch.bool, device=scores.device)
+    hit = (scores > threshold) & off
+    return torch.zeros_like(scores).masked_fill(hit, FALSE_NEGATIVE_BIAS)
+
+
+# ------------------------------------------------------------------------- grounding terms
+def adapacse_loss(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    targets: torch.Tensor,
+    teacher_similarity: torch.Tensor | None,
+    margin: float,
+    temperature: float = 0.05,
+    *,
+    bias: torch.Tensor | None = None,
+    form: str = "code",
+    reduce_views: str = "mean",
+) -> torch.Tensor:
+    """One grounding term over both dropout views: 1/2 sum_a CE(ArcSim(p_a, targets) + bias).
+
+    KDMCSE AdapACSE (paper Eq. 12-13, ``MCSE.compute_loss``); with ``margin=0`` and no bias it is
+    MCSE's sentence->image InfoNCE. ``reduce_views="sum"`` adds the two views (MCSE paper's l^M).
+    """
+    if reduce_views not in ("mean", "sum"):
+        raise ValueError(f"reduce_views={reduce_views!r}; use 'mean' or 'sum'")
+    total = 0.0
+    for p in (p1, p2):
+        logits = angular_margin_logits(
+            p, targets, temperature, margin, teacher_similarity, form=form
+        )
+        total = total + diagonal_cross_entropy(logits if bias is None else logits + bias)
+    return total / 2 if reduce_views == "mean" else total
+
+
+def mcse_grounding_loss(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    v: torch.Tensor,
+    temperature: float = 0.05,
+    *,
+    reduce_views: str = "mean",
+) -> torch.Tensor:
+    """MCSE L_MM = 1/2 [CE(cos(p1_i, v_j)/tau) + CE(cos(p2_i, v_j)/tau)], sentence->image only.
+
+    MCSE (Zhang et al. 2022) l^M; the code averages the two views (methods.md §2.2), the paper
+    sums them (``reduce_views="sum"``).
+    """
+    return adapacse_loss(p1, p2, v, None, 0.0, temperature, reduce_views=reduce_views)
+
+
+def kdmcse_grounding_terms(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor | None,
+    clip_image: torch.Tensor,
+    clip_text: torch.Tensor | None,
+    margin: float = 0.15,
+    threshold: float | None = None,
+    temperature: float = 0.05,
+    *,
+    adaptive_margin: bool = True,
+    threshold_on: str = "dot",
+    form: str = "code",
+    reduce_views: str = "mean",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(L_v, L_t) of KDMCSE (methods.md §3.2.2-3.2.3; paper Eq. 12-13), L_t None when t is None.
+
+    L_v: AdapACSE of p1, p2 against v with Delta = 1 - cos(clip_image_i, clip_image_j).
+    L_t: the same against t with Delta = 1 - cos(clip_text_i, clip_text_j).
+    ``adaptive_margin=False``: plain InfoNCE (the paper's "without AdapACSE").
+    ``threshold``: L_v's filter from cv_ij = clip_text_i . clip_image_j, L_t's from
+    vc_ij = clip_image_i . clip_text_j, raw dot products of the stored, unnormalised features as
+    the official collator pairs them; ``threshold_on="cosine"`` compares cosines (paper's reading).
+    """
+    if threshold_on not in ("dot", "cosine"):
+        raise ValueError(f"threshold_on={threshold_on!r}; use 'dot' or 'cosine'")
+    m = margin if adaptive_margin else 0.0
+    need_text = t is not None and m > 0 or threshold is not None
+    if need_text and clip_text is None:
+        raise ValueError(
+            "KDMCSE's CLIP-text term and the threshold filter need clip_text (the stored CLIP caption feature)"
+        )
+    bias_v = bias_t = None
+    if threshold is not None:
+        score = frozen_dot if threshold_on == "dot" else frozen_cosine
+        bias_v = threshold_bias(score(clip_text, clip_image), threshold)
+        bias_t = threshold_bias(score(clip_image, clip_text), threshold)
+    vv = frozen_cosine(clip_image, clip_image) if m > 0 else None
+    lv = adapacse_loss(
+        p1, p2, v, vv, m, temperature, bias=bias_v, form=form, reduce_views=reduce_views
+    )
+    if t is None:
+        return lv, None
+    cc = frozen_cosine(clip_text, clip_text) if m > 0 else None
+    lt = adapacse_loss(
+        p1, p2, t, cc, m, temperature, bias=bias_t, form=form, reduce_views=reduce_views
+    )
+    return lv, lt
+
+
+def kdmcse_grounding_loss(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor | None,
+    clip_image: torch.Tensor,
+    clip_text: torch.Tensor | None,
+    margin: float = 0.15,
+    threshold: float | None = None,
+    temperature: float = 0.05,
+    *,
+    adaptive_margin: bool = True,
+    threshold_on: str = "dot",
+    form: str = "code",
+    reduce_terms: str = "sum",
+) -> torch.Tensor:
+    """KDMCSE inter = L_v + L_t (code: a sum; ``reduce_terms="mean"``: paper Eq. 14's average).
+
+    See ``kdmcse_grounding_terms``; with ``t=None`` it is L_v alone.
+    """
+    lv, lt = kdmcse_grounding_terms(
+        p1, p2, v, t, clip_image, clip_text, margin, threshold, temperature,
+        adaptive_margin=adaptive_margin, threshold_on=threshold_on, form=form,
+    )
+    if lt is None:
+        return lv
+    if reduce_terms not in ("sum", "mean"):
+        raise ValueError(f"reduce_terms={reduce_terms!r}; use 'sum' or 'mean'")
+    return lv + lt if reduce_terms == "sum" else (lv + lt) / 2
+
+
+# DALR terms live in trainables.objectives_dalr and the composition in trainables.composition
+# (short files); both import this module, so they are re-exported lazily to avoid a cycle.
+_LAZY = {
+    "trainables.objectives_dalr": (
+        "dalr_cma_loss", "dalr_consistency_loss", "dalr_global_local_loss", "dalr_ima_loss",
+        "dalr_teacher_embedding", "dalr_teacher_local", "dalr_teacher_scores",
+        "kl_distillation_loss", "listmle_loss", "G2L_MASK",
+    ),
+    "trainables.composition": (
+        "METHODS", "ObjectiveConfig", "StudentOutputs", "TeacherInputs", "compute_objective",
+    ),
+}
+
+
+def __getattr__(name: str):
+    for module, names in _LAZY.items():
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'trainables.objectives' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *(n for names in _LAZY.values() for n in names)])
+
+
+__all__ = [
+    "FALSE_NEGATIVE_BIAS", "G2L_MASK", "METHODS", "ObjectiveConfig", "StudentOutputs",
+    "TeacherInputs", "adapacse_loss", "angular_margin_logits", "compute_objective",
+    "cosine_matrix", "dalr_cma_loss", "dalr_consistency_loss", "dalr_global_local_loss",
+    "dalr_ima_loss", "dalr_teacher_embedding", "dalr_teacher_local", "dalr_teacher_scores",
+    "diagonal_cross_entropy", "frozen_cosine", "frozen_dot", "kdmcse_grounding_loss",
+    "kdmcse_grounding_terms", "kl_distillation_loss", "listmle_loss", "mcse_grounding_loss",
+    "no_autocast", "safe_acos", "simcse_loss", "threshold_bias",
+]

@@ -1,0 +1,239 @@
+"""DALR's loss terms and teacher combinations as pure tensor functions (torch only).
+
+Split from ``trainables.objectives`` (which re-exports every name here) to keep files short.
+Each function follows ``Hekang001/DALR`` ``model_modified.py::MCSE.compute_loss`` at c53e1fc
+(methods.md §4.2), quirks included, with keywords for the DALR paper's reading where it differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from trainables.objectives import _f32, _frozen, angular_margin_logits, frozen_cosine, no_autocast
+
+G2L_MASK = 10000.0
+"""``in_batch_g2l_loss`` constant for excluded entries (padding positives, self/padding negatives)."""
+_COS_EMB_EPS = 1e-12
+"""``nn.CosineEmbeddingLoss`` adds this to both squared norms."""
+
+
+def _check_weights(what: str, tensors: Sequence[torch.Tensor], weights: Sequence[float]) -> None:
+    if len(tensors) == 0:
+        raise ValueError(f"no {what} given; DALR needs one per text teacher")
+    if len(tensors) != len(weights):
+        raise ValueError(
+            f"{len(tensors)} {what} but teacher_weights has {len(weights)} entries; "
+            "give one weight per text teacher"
+        )
+
+
+def dalr_teacher_scores(
+    teachers: Sequence[torch.Tensor],
+    weights: Sequence[float],
+    temperature: float = 0.05,
+    *,
+    view2: Sequence[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """S_T = sum_k w_k cos(T_k z1, T_k z2) / tau2: weighted sum of scaled similarity matrices.
+
+    ``teachers``: one (bs, d) [CLS] embedding per teacher, view 1; ``view2`` defaults to view 1
+    (the teachers are deterministic and see identical tokens, so the code's two views are equal).
+    """
+    _check_weights("teacher embeddings", teachers, weights)
+    view2 = teachers if view2 is None else view2
+    _check_weights("view-2 teacher embeddings", view2, weights)
+    return sum(
+        w * (frozen_cosine(a, b) / temperature)
+        for w, a, b in zip(weights, teachers, view2, strict=True)
+    )
+
+
+def dalr_teacher_embedding(
+    teachers: Sequence[torch.Tensor], weights: Sequence[float]
+) -> torch.Tensor:
+    """F_T = sum_k w_k T_k z1: weighted average of the raw teacher embeddings, view 1."""
+    _check_weights("teacher embeddings", teachers, weights)
+    return sum(w * _frozen(t) for w, t in zip(weights, teachers, strict=True))
+
+
+def dalr_teacher_local(local: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Local_T = sum_k w_k local_k: weighted token states (bs, L-1, d), [CLS] excluded."""
+    _check_weights("teacher token-state tensors", local, weights)
+    return sum(w * _frozen(t) for w, t in zip(weights, local, strict=True))
+
+
+def dalr_consistency_loss(
+    text_aligned: torch.Tensor,
+    image_aligned: torch.Tensor,
+    margin: float = 0.2,
+    shift: int = 5,
+) -> torch.Tensor:
+    """L_cons: ``CosineEmbeddingLoss(margin)`` over bs matched and bs mismatched pairs, mean.
+
+    DALR paper Eq. 5. Matched (t_i, v_i): 1 - cos. Mismatched (t_i, v_{(i - shift) mod bs}), the
+    code's fixed ``image.roll(5, 0)`` (not a random shuffle; with bs <= shift the "negative" can be
+    the matched image): max(0, cos - margin). The aligners are row-wise up to batch-statistics
+    BatchNorm, so aligning the rolled images equals rolling the aligned ones.
+    """
+    if text_aligned.shape != image_aligned.shape:
+        raise ValueError(
+            f"text_aligned {tuple(text_aligned.shape)} and image_aligned {tuple(image_aligned.shape)} differ"
+        )
+    t, v = _f32(text_aligned), _f32(image_aligned)
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        sq = ((a * a).sum(-1) + _COS_EMB_EPS) * ((b * b).sum(-1) + _COS_EMB_EPS)
+        return (a * b).sum(-1) / sq.sqrt()
+
+    pos = 1.0 - cos(t, v)
+    neg = (cos(t, v.roll(shift, 0)) - margin).clamp_min(0.0)
+    return torch.cat([pos, neg]).mean()
+
+
+def kl_distillation_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    student_temperature: float = 0.45,
+    teacher_temperature: float = 0.5,
+) -> torch.Tensor:
+    """KL(softmax(teacher/tau_t) || softmax(student/tau_s)), row softmax, ``batchmean``.
+
+    The code's ``KLContrastiveSimLoss`` = ``F.kl_div(log Q, P, 'batchmean')``
+    = sum_ij P_ij (log P_ij - log Q_ij) / bs (DALR paper Eq. 8 and 12 sum over i instead).
+    """
+    teacher = _frozen(teacher_logits)
+    dtype = torch.promote_types(student_logits.dtype, teacher.dtype)
+    log_q = F.log_softmax(student_logits.to(dtype) / student_temperature, dim=1)
+    p = F.softmax(teacher.to(dtype) / teacher_temperature, dim=1)
+    return F.kl_div(log_q, p, reduction="batchmean")
+
+
+def dalr_cma_loss(
+    z1: torch.Tensor,
+    clip_image: torch.Tensor,
+    teacher_text: torch.Tensor,
+    margin: float = 0.18,
+    *,
+    temperature: float = 0.05,
+    student_temperature: float = 0.45,
+    teacher_temperature: float = 0.5,
+) -> torch.Tensor:
+    """L_CMA = 1/2 [KL(VV^T/0.5 || S^T/0.45) + KL(TT^T/0.5 || S/0.45)] (DALR paper Eq. 6-8).
+
+    S = ArcSim(z1, clip_image; tau, margin): the student MLP output against the normalised raw
+    image feature with no projection, fixed margin on off-diagonal negatives. V, T are the
+    normalised image features and F_T (``teacher_text``). Image rows use the transposed matrix.
+    """
+    if z1.shape[1] != clip_image.shape[1]:
+        raise ValueError(
+            f"DALR's CMA compares the student embedding (dim {z1.shape[1]}) directly with the image "
+            f"feature (dim {clip_image.shape[1]}); with this feature (e.g. ResNet) set use_cma=False"
+        )
+    s = angular_margin_logits(z1, clip_image.detach().to(z1.dtype), temperature, margin)
+    image_side = kl_distillation_loss(
+        s.t(), frozen_cosine(clip_image, clip_image), student_temperature, teacher_temperature
+    )
+    text_side = kl_distillation_loss(
+        s, frozen_cosine(teacher_text, teacher_text), student_temperature, teacher_temperature
+    )
+    return (image_side + text_side) / 2
+
+
+def dalr_ima_loss(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    teacher_text: torch.Tensor,
+    margin: float = 0.18,
+    *,
+    temperature: float = 0.05,
+    student_temperature: float = 0.45,
+    teacher_temperature: float = 0.5,
+) -> torch.Tensor:
+    """L_IMA = KL(softmax(TT^T/0.5) || softmax(S_zz/0.45)) (DALR paper Eq. 11-12).
+
+    S_zz = ArcSim(z1, z2; tau, margin) is the text loss's matrix; T = F_T normalised.
+    """
+    s = angular_margin_logits(z1, z2, temperature, margin)
+    return kl_distillation_loss(
+        s, frozen_cosine(teacher_text, teacher_text), student_temperature, teacher_temperature
+    )
+
+
+def listmle_loss(
+    student_scores: torch.Tensor,
+    teacher_scores: torch.Tensor,
+    eps: float = 1e-7,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """ListMLE of each student row in the teacher's order (DALR paper Eq. 10; code ``ListMLE``).
+
+    The list is the whole row, positive included. Columns are first permuted by one
+    ``torch.randperm`` (random tie-break; ``generator`` makes it deterministic, default the global
+    CPU RNG as in the code), then sorted by teacher score, descending. With M the row maximum:
+    loss_i = sum_k [log(sum_{l >= k} exp(s_l - M) + eps) - (s_k - M)], mean over rows.
+    The eps = 1e-7 inside the log is not negligible: it floors tail terms at log 1e-7.
+    The code's ``teacher == -1`` padding mask is left out (never triggers on cos/0.05 scores).
+    """
+    if student_scores.shape != teacher_scores.shape:
+        raise ValueError(
+            f"student {tuple(student_scores.shape)} and teacher {tuple(teacher_scores.shape)} scores differ"
+        )
+    n = student_scores.shape[-1]
+    gen_device = generator.device if generator is not None else "cpu"
+    perm = torch.randperm(n, generator=generator, device=gen_device).to(student_scores.device)
+    s, t = student_scores[:, perm], _frozen(teacher_scores)[:, perm]
+    _, order = t.sort(descending=True, dim=-1)
+    ranked = s.gather(1, order)
+    ranked = ranked - ranked.max(dim=1, keepdim=True).values
+    tail = ranked.exp().flip(dims=[1]).cumsum(dim=1).flip(dims=[1])
+    return (torch.log(tail + eps) - ranked).sum(dim=1).mean()
+
+
+def dalr_global_local_loss(
+    local_tokens: torch.Tensor,
+    global_embedding: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    temperature: float = 0.05,
+    normalize: str = "tokens",
+) -> torch.Tensor:
+    """DALR's global-local token InfoNCE (``in_batch_g2l_loss``; code only, not in the paper).
+
+    ``local_tokens`` (bs, K, d): Local_T without [CLS]; ``attention_mask`` (bs, K): the student
+    mask without [CLS]; ``global_embedding`` (bs, d): z1, not normalised. ``normalize="tokens"``
+    divides by the norm over the token axis (dim 1, padding included), the code's quirk;
+    ``"features"`` normalises each token vector. For each token k of sentence i:
+    pos = <l_ik, z_i>/tau, negatives <l_jk', z_i>/tau over j != i and real k' of j (others -10000),
+    loss_ik = -log softmax([pos, negatives])[0]; padding positives are +10000 (loss ~ 0).
+    Sentence loss = sum_k loss_ik / (real tokens), mean over sentences. The code averages two
+    identical calls (view-1 and view-2 tokens are equal, z1 both times): one call is the same.
+    """
+    if normalize not in ("tokens", "features"):
+        raise ValueError(f"normalize={normalize!r}; use 'tokens' or 'features'")
+    n, k, d = local_tokens.shape
+    if global_embedding.shape != (n, d):
+        raise ValueError(
+            f"global embedding {tuple(global_embedding.shape)} does not match local tokens {tuple(local_tokens.shape)}"
+        )
+    if attention_mask.shape != (n, k):
+        raise ValueError(
+            f"attention mask {tuple(attention_mask.shape)} does not match local tokens (bs, K) = ({n}, {k})"
+        )
+    with no_autocast(global_embedding):
+        g = _f32(global_embedding)
+        loc = _frozen(local_tokens).to(g.dtype)
+        loc = loc / loc.norm(dim=1 if normalize == "tokens" else 2, keepdim=True).clamp_min(1e-30)
+        real = attention_mask.to(device=g.device, dtype=torch.bool)
+        pos = torch.einsum("ikd,id->ik", loc, g) / temperature
+        pos = torch.where(real, pos, torch.full_like(pos, G2L_MASK))
+        neg = torch.einsum("jkd,id->ijk", loc, g) / temperature
+        keep = ~torch.eye(n, dtype=torch.bool, device=g.device)[:, :, None] & real[None]
+        neg = torch.where(keep, neg, torch.full_like(neg, -G2L_MASK))
+        # log softmax([pos, negatives])[0]; the negatives' log-sum-exp is shared by all k of row i.
+        lse_neg = torch.logsumexp(neg.reshape(n, n * k), dim=1, keepdim=True)
+        loss = torch.logaddexp(pos, lse_neg) - pos
+        return (loss.sum(dim=1) / real.sum(dim=1).to(loss.dtype)).mean()
