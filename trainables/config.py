@@ -36,6 +36,9 @@ class DataConfig:
     """store column used as the image feature ('image' = CLIP image, 'resnet' = MCSE ResNet-50)"""
     demo_seed: int = 0
     """seed of the generated demo corpus (fixed across runs so seeds vary training only)"""
+    demo_dim: int = 384
+    """teacher feature size of the demo corpus; DALR's CMA needs it equal to the student's
+    hidden size (384 for MiniLM-L6), as CLIP ViT-L/14's 768 equals BERT-base's"""
     cache_dir: str = ".cache/mmemb"
     """where the demo corpus and tokenised caches are written"""
 

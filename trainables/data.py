@@ -95,7 +95,7 @@ def load_data(cfg: RunConfig) -> TrainingData:
     if d.demo:
         from trainables.demo_corpus import generate_demo
 
-        demo = generate_demo(Path(d.cache_dir) / "demo", seed=d.demo_seed)
+        demo = generate_demo(Path(d.cache_dir) / "demo", seed=d.demo_seed, dim=d.demo_dim)
         text_path, pairs_path, senteval = demo.text_file, demo.pairs_store, demo.senteval_dir
     else:
         text_path = _require(d.text, "text corpus", "data.text") if d.text else None

@@ -79,8 +79,8 @@ class Trainer:
             self.optimizer, lambda s: max(0.0, 1.0 - s / total)
         )
         seed_everything(cfg.seed)  # official: again after the scheduler ("sampler state")
-        self.dev = DevEvaluator(self.student.tokenizer, self.data.senteval_dir,
-                                batch_size=cfg.eval_batch_size)
+        self.dev = DevEvaluator(self.data.senteval_dir, self.student.tokenizer,
+                                batch_size=cfg.eval_batch_size, device=self.device)
         self.amp = cuda and cfg.precision in ("auto", "bf16") or cfg.precision == "bf16"
         self.step = 0
         self.best = 0.0  # official: best starts at 0, replaced only when strictly greater
@@ -162,7 +162,12 @@ class Trainer:
 
     # --- evaluation -----------------------------------------------------------------------
     def evaluate_dev(self) -> float:
-        return self.dev.evaluate(self.student.encode_ids)
+        was_training = self.student.training
+        self.student.eval()
+        try:
+            return self.dev(self.student.encode_ids)
+        finally:
+            self.student.train(was_training)
 
     def _eval_and_report(self, report: Report, workdir: Path, epoch: int, t0: float) -> None:
         metrics: dict[str, Any] = {"step": self.step, "epoch": epoch,
