@@ -11,6 +11,7 @@ go through ``ray.train.report`` so Ray restores a failed worker group from the l
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -29,8 +30,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
+    # Train echoes every report at INFO through this logger; the run prints its own dev curve.
+    import ray.train.v2._internal.execution.context as train_context
+
     from trainables.loop import Trainer
 
+    train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
     cfg = RunConfig.from_dict(config["run"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -49,9 +54,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
         if rank == 0:
-            line = " ".join(f"{k}={v:.4g}" for k, v in metrics.items()
-                            if isinstance(v, float) and k in ("stsb_dev", "best_stsb_dev", "loss/total"))
-            print(f"[{cfg.config_hash()}] step {metrics['step']}/{trainer.total_steps} {line}", flush=True)
+            print(f"step {metrics['step']:>6d}/{trainer.total_steps}  loss {metrics['loss/total']:.4f}"
+                  f"  STS-B dev {metrics['stsb_dev']:.2f}  (best {metrics['best_stsb_dev']:.2f})",
+                  flush=True)
         if ckpt_dir is not None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)))
             shutil.rmtree(ckpt_dir, ignore_errors=True)  # Ray has copied it to storage
@@ -93,6 +98,11 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
             name=name, storage_path=storage_path, callbacks=callbacks or [],
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+            # Keep Train's INFO echo of every report out of the terminal; prints stay plain.
+            logging_config=ray.train.LoggingConfig(log_level="WARNING"),
+            worker_runtime_env={"env_vars": {
+                "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "TRANSFORMERS_VERBOSITY": "error",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}},
         ),
     )
     return trainer.fit()
@@ -113,12 +123,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
     if ray.is_initialized():
         return
+    # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
+    # dashboard) would drown the dev curve the run prints; errors still come through.
+    quiet = ray.LoggingConfig(log_level="ERROR")
     if address:
-        ray.init(address=address, log_to_driver=log_to_driver)
+        ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
         return
     ray.init(
         num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
-        object_store_memory=200 * 2**20,
+        object_store_memory=200 * 2**20, logging_config=quiet,
         _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
     )
 
