@@ -7,6 +7,7 @@ two runs with the same hash are the same experiment (the seed is part of the con
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -232,10 +233,8 @@ def _coerce(value: Any, tp: Any, full: str) -> Any:
         return tuple(_coerce(v, inner, full) for v in value)
     if tp is float and isinstance(value, str):
         # YAML 1.1 reads "2e-5" (no dot) as a string; accept it as the number it means.
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
