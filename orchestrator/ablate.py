@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     concurrency = resources.concurrency(cluster)  # raises on impossible resources
 
     seeds = list(args.seeds) if args.seeds else list(grid.seeds)
-    spec = grid_spec(grid) | {"seeds": seeds}
+    spec = grid_spec(grid) | {"seeds": seeds, "demo": bool(plans[0]["run"]["data"]["demo"])}
     parent, resumed = tracker.start_parent(
         f"{grid.name} ({plans[0]['run']['data']['demo'] and 'demo' or 'custom'})", "table",
         plan_id, {"mmemb.grid": grid.name, "mmemb.profile": args.profile or "default"},

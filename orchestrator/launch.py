@@ -99,10 +99,19 @@ def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | N
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             tracker.log_result(self._run(trial), result)
-            if verbose and result.get("final"):
-                t = trial.config["trial"]
-                print(f"  done {t['cell']:<28s} seed {t['seed']}: avg {result.get('test/avg', float('nan')):.2f}"
-                      f"  (STS-B dev {result.get('best_stsb_dev', float('nan')):.2f})", flush=True)
+            if not verbose:
+                return
+            t = trial.config["trial"]
+            states = [x.status for x in trials]
+            live = (f"[{states.count('TERMINATED')} done, {states.count('RUNNING')} running, "
+                    f"{states.count('PENDING')} pending, {states.count('ERROR')} failed]")
+            if result.get("final"):
+                print(f"{live} done {t['cell']} seed {t['seed']}: "
+                      f"avg {result.get('test/avg', float('nan')):.2f}  "
+                      f"(best STS-B dev {result.get('best_stsb_dev', float('nan')):.2f})", flush=True)
+            elif "stsb_dev" in result:
+                print(f"{live} {t['cell']} seed {t['seed']}: step {result.get('step')}  "
+                      f"STS-B dev {result['stsb_dev']:.2f}", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             tracker.end(self._run(trial), "FINISHED")
@@ -139,7 +148,7 @@ def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resourc
         param_space={"trial": tune.grid_search(list(plans))},
         tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
         run_config=tune.RunConfig(
-            name=name, storage_path=storage, callbacks=callbacks, verbose=1,
+            name=name, storage_path=storage, callbacks=callbacks, verbose=0,
             failure_config=tune.FailureConfig(max_failures=max_failures),
         ),
     )

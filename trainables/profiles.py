@@ -24,7 +24,7 @@ DEMO: dict[str, Any] = {
     "objective.teacher_weights": [1.0],
     "batch_size": 16,
     "epochs": 1,
-    "max_steps": 30,
+    "max_steps": 20,
     "eval_every": 10,
     "lr": 5e-5,
     "eval_batch_size": 64,

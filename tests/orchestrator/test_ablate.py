@@ -1,0 +1,140 @@
+"""The main job end to end on a tiny model: Tune trials into MLflow, the report, and --resume.
+
+One Ray session and one MLflow store serve the whole module (both cost seconds to start).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from orchestrator import ablate, report
+from orchestrator.tracking import Tracker
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_bert):
+    d = tmp_path_factory.mktemp("ablate")
+    profile = {
+        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
+        "objective": {"teacher_weights": [1.0]},
+        "data": {"demo": True, "demo_dim": 32, "cache_dir": str(d / "cache")},
+        "batch_size": 8, "max_steps": 3, "eval_every": 3, "eval_batch_size": 64,
+    }
+    (d / "tiny.yaml").write_text(yaml.safe_dump(profile))
+    return d
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    from trainables.train import init_ray
+
+    init_ray(num_cpus=2, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def args(d, *extra):
+    return ["--grid", "table3", "--profile", str(d / "tiny.yaml"), "--seeds", "0", "1",
+            "--storage", str(d / "runs"), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}",
+            *extra]
+
+
+@pytest.fixture(scope="module")
+def first_run(workdir, ray_session):
+    rc = ablate.main(args(workdir))
+    return rc
+
+
+def test_table_runs_to_the_end_with_nested_runs(workdir, first_run):
+    assert first_run == 0
+    tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
+    parents = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
+    assert len(parents) == 1
+    parent = parents[0]
+    children = tr.children(parent.info.run_id)
+    assert len(children) == 8  # 4 cells x 2 seeds
+    keys = {c.data.tags["mmemb.trial"] for c in children}
+    assert len(keys) == 8
+    for c in children:
+        t, m = c.data.tags, c.data.metrics
+        assert c.info.status == "FINISHED"
+        for tag in ("mmemb.grid", "mmemb.cell", "mmemb.seed", "mmemb.config_hash",
+                    "git_commit", "git_dirty", "mmemb.checkpoint"):
+            assert t.get(tag), tag
+        for k in ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark",
+                  "SICKRelatedness", "avg", "alignment", "uniformity"):
+            assert f"test/{k}" in m, k
+        assert c.data.params["objective.method"] in ("mcse", "kdmcse")
+        assert tr.client.get_metric_history(c.info.run_id, "stsb_dev")  # the dev curve
+    arts = {a.path for a in tr.client.list_artifacts(parent.info.run_id)}
+    assert {"report.md", "report.csv", "report.png", "grid.json"} <= arts
+    md = tr.load_artifact_text(parent.info.run_id, "report.md")
+    assert "KDMCSE" in md and "w/o AdapACSE" in md or "without AdapACSE" in md
+
+
+def test_resume_starts_nothing_new(workdir, first_run, capsys):
+    rc = ablate.main(args(workdir, "--resume"))
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "8 already done, 0 to run" in out
+    tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
+    parents = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
+    assert len(parents) == 1 and len(tr.children(parents[0].info.run_id)) == 8
+
+
+def test_resume_runs_only_missing_trials(workdir, first_run, capsys):
+    tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
+    parent = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")[0]
+    victim = next(c for c in tr.children(parent.info.run_id)
+                  if c.data.tags["mmemb.cell"] == "KDMCSE" and c.data.tags["mmemb.seed"] == "1")
+    tr.client.set_terminated(victim.info.run_id, "KILLED")  # as if the driver died mid-trial
+    capsys.readouterr()
+    assert ablate.main(args(workdir, "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "7 already done, 1 to run" in out
+    children = tr.children(parent.info.run_id)
+    assert len(children) == 8  # the interrupted trial continued in its own run
+    assert tr.client.get_run(victim.info.run_id).info.status == "FINISHED"
+
+
+def test_report_rerenders_from_mlflow_alone(workdir, first_run, tmp_path, capsys):
+    tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
+    parent = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")[0]
+    rc = report.main(["--run", parent.info.run_id, "--tracking-uri",
+                      f"sqlite:///{workdir / 'mlflow.db'}", "--out", str(tmp_path)])
+    assert rc == 0
+    spec = json.loads(tr.load_artifact_text(parent.info.run_id, "grid.json"))
+    csv_text = (tmp_path / "report.csv").read_text()
+    for cell in spec["cells"]:
+        assert cell in csv_text
+    assert (tmp_path / "report.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--grid", "nope"], "unknown grid 'nope'"),
+    (["--grid", "table3", "--profile", "/does/not/exist.yaml"], "does not exist"),
+    (["--grid", "table3", "--seeds", "1", "1"], "duplicates"),
+    (["--grid", "table3", "--gpus-per-trial", "4"], "the cluster has 0 GPUs"),
+    (["--grid", "table3", "--tracking-uri", "http://127.0.0.1:9"], "unreachable"),
+])
+def test_bad_input_fails_before_anything_starts(argv, msg, workdir, ray_session, capsys, tmp_path,
+                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if "--profile" not in argv:
+        argv = [*argv, "--profile", str(workdir / "tiny.yaml")]
+    rc = ablate.main([*argv, "--storage", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err, err
+    assert not (tmp_path / "runs").exists()  # nothing launched
+
+
+def test_bad_profile_content(workdir, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr: -3\ndata:\n  demo: true\n")
+    rc = ablate.main(["--grid", "table3", "--profile", str(bad)])
+    assert rc == 2 and "lr=-3.0 must be > 0" in capsys.readouterr().err
