@@ -47,28 +47,23 @@ def trial_fn(config: dict[str, Any]) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from trainables.config import RunConfig
-    from trainables.train import run_torch_trainer
+    from trainables.train import root_cause, run_torch_trainer
 
     plan = config["trial"]
     cfg = RunConfig.from_dict(plan["run"])
     # The name is stable per (trial, config): after a driver kill, --resume relaunches the same
     # Train run, which continues from its own latest checkpoint instead of starting over.
-    result = run_torch_trainer(
-        cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
-        max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
-    )
-    if result.error is not None:
-        raise RuntimeError(_reason(result.error))
+    try:
+        run_torch_trainer(
+            cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
+            max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
+        )
+    except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
+        raise TrialFailed(root_cause(e)) from None
 
 
-def _reason(err: BaseException) -> str:
-    text = str(err)
-    for marker in ("NonFiniteLoss", "OutOfMemoryError", "CUDA out of memory"):
-        for line in text.splitlines():
-            if marker in line:
-                return line.strip()[:400]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else repr(err))[:400]
+class TrialFailed(RuntimeError):
+    """A run failed; the message is its root cause (NonFiniteLoss, OutOfMemoryError, ...)."""
 
 
 def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | None = None,
@@ -128,12 +123,16 @@ def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | N
 
 
 def _trial_error(trial) -> str:
+    from trainables.train import root_cause
+
     path = getattr(trial, "error_file", None) or ""
     try:
         text = Path(path).read_text() if path else ""
     except OSError:
         text = ""
-    return _reason(RuntimeError(text)) if text else "trial failed (see the Ray logs)"
+    if "TrialFailed: " in text:  # our own one-line reason, inside Tune's traceback
+        return text.split("TrialFailed: ", 1)[1].splitlines()[0].strip()[:500]
+    return root_cause(RuntimeError(text)) if text else "trial failed (see the Ray logs)"
 
 
 def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resources: Resources,

@@ -25,6 +25,7 @@ from trainables.config import RunConfig
 from trainables.corpus import Tokenize
 from trainables.data import Batch, TrainingData, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts
+from trainables.faults import maybe_inject
 from trainables.model import Student, StudentConfig
 from trainables.objectives import TeacherInputs, compute_objective
 from trainables.profiles import resolve_encoder
@@ -50,6 +51,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, device: torch.device | str = "cpu", rank: int = 0,
                  world: int = 1, wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None):
         self.cfg, self.rank, self.world = cfg, rank, world
+        self.config_hash = cfg.config_hash()
         self.device = torch.device(device)
         self.objective = cfg.objective.resolved()
         seed_everything(cfg.seed)  # official: before the model is built
@@ -125,6 +127,7 @@ class Trainer:
                              text_teachers=embs, text_teacher_local=local)
 
     def train_step(self, kind: str, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        fault = maybe_inject(self.step + 1, self.config_hash)  # no-op unless a test asks
         shard = indices[self.rank :: self.world]  # DDP: in-batch negatives are per worker
         batch = self.data.batch(kind, shard, self.tokenize, self.device)
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.amp
@@ -134,6 +137,8 @@ class Trainer:
                              image=batch.image, clip_text=batch.clip_text)
             teacher = self._teacher_inputs(batch) if kind == "pair" else None
             terms = compute_objective(self.objective, out, teacher)
+        if fault == "nan":
+            terms["total"] = terms["total"] * float("nan")
         self._check_finite(terms)
         terms["total"].backward()
         torch.nn.utils.clip_grad_norm_(self.student.parameters(), self.cfg.grad_clip)
@@ -156,7 +161,7 @@ class Trainer:
             culprit = next((n for n in bad if n != "total"), "total")
             raise NonFiniteLoss(
                 f"non-finite loss at step {self.step + 1}: term {culprit!r} is "
-                f"{terms[culprit].item()} (config {self.cfg.config_hash()}); lower lr, check the "
+                f"{terms[culprit].item()} (config {self.config_hash}); lower lr, check the "
                 "features for NaN/inf, or use precision=fp32"
             )
 

@@ -85,6 +85,8 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from trainables.faults import forwarded_env
+
     use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else _cluster_has_gpu()
     use_gpu = use_gpu and gpus > 0
     trainer = TorchTrainer(
@@ -102,7 +104,8 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
             worker_runtime_env={"env_vars": {
                 "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "TRANSFORMERS_VERBOSITY": "error",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
+                **forwarded_env()}},
         ),
     )
     return trainer.fit()
@@ -159,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {cfg.config_hash()}: {cfg.objective.method} on {cfg.encoder}, seed {cfg.seed}")
     init_ray(args.address)
     storage = str(Path(args.storage).resolve())
-    result = run_torch_trainer(cfg, f"run-{cfg.config_hash()}", storage,
-                               max_failures=args.max_failures)
-    if result.error is not None:
-        print(f"error: run failed: {_root_cause(result.error)}", file=sys.stderr)
+    try:
+        result = run_torch_trainer(cfg, f"run-{cfg.config_hash()}", storage,
+                                   max_failures=args.max_failures)
+    except Exception as e:  # Train V2 raises the workers' error from fit()
+        print(f"error: run failed: {root_cause(e)}", file=sys.stderr)
         return 1
     m = result.metrics or {}
     print_final(m)
@@ -171,10 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _root_cause(err: BaseException) -> str:
-    msg = str(err).strip().splitlines()
-    lines = [ln for ln in msg if "NonFiniteLoss" in ln or "Error:" in ln]
-    return (lines[-1] if lines else (msg[-1] if msg else repr(err)))[:500]
+def root_cause(err: BaseException) -> str:
+    """The last ``SomeError: message`` line of a (remote) traceback, e.g. a NonFiniteLoss."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ": " in ln and ln.split(": ", 1)[0].rsplit(".", 1)[-1]
+              .endswith(("Error", "Loss", "Exception"))]
+    last = errors[-1] if errors else (lines[-1] if lines else repr(err))
+    head, _, msg = last.partition(": ")
+    return f"{head.rsplit('.', 1)[-1]}: {msg}"[:500] if msg else last[:500]
 
 
 def print_final(m: dict[str, Any]) -> None:
