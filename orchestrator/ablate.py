@@ -76,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-failures", type=int, default=1,
                    help="restarts of a failed run from its last checkpoint")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite ./mlflow.db)")
-    p.add_argument("--storage", default="runs", help="Ray results and checkpoints folder")
+    p.add_argument("--storage", default="runs",
+                   help="Ray results and checkpoints: a folder (shared by all nodes) or s3://...")
+    p.add_argument("--wait-for-workers", type=float, default=900,
+                   help="seconds to wait for an autoscaling cluster's GPU workers to join")
     p.add_argument("--resume", action="store_true",
                    help="continue the latest run of this plan: only missing trials run")
     args = p.parse_args(argv)
@@ -95,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.launch import Resources, make_callback, run_trials
+    from orchestrator.launch import Resources, make_callback, run_trials, wait_for_resources
     from orchestrator.report import build_report, grid_spec
     from orchestrator.tracking import Tracker
-    from trainables.train import init_ray
+    from trainables.train import init_ray, storage_uri
 
     grid = load_grid(args.grid)
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
@@ -107,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--cpus-per-trial {args.cpus_per_trial} must be > 0")
     if args.gpus_per_trial is not None and args.gpus_per_trial < 0:
         raise ValueError(f"--gpus-per-trial {args.gpus_per_trial} must be >= 0")
-    storage = str(Path(args.storage).resolve())
+    storage = storage_uri(args.storage)
     gpus = args.gpus_per_trial if args.gpus_per_trial is not None else 0.0
     plan_id, plans = plan_trials(grid, args.profile, args.seeds, storage, args.cpus_per_trial,
                                  gpus, args.max_failures)
@@ -122,7 +125,8 @@ def _run(args: argparse.Namespace) -> int:
         for pl in plans:
             pl["gpus"] = gpus
     resources = Resources(args.cpus_per_trial, gpus, args.max_concurrent)
-    concurrency = resources.concurrency(cluster)  # raises on impossible resources
+    wait_for_resources(resources, args.address, args.wait_for_workers)
+    concurrency = resources.concurrency(ray.cluster_resources())  # raises on impossible ones
 
     seeds = list(args.seeds) if args.seeds else list(grid.seeds)
     spec = grid_spec(grid) | {"seeds": seeds, "demo": bool(plans[0]["run"]["data"]["demo"])}
@@ -140,6 +144,10 @@ def _run(args: argparse.Namespace) -> int:
     if todo:
         run_trials(todo, name=f"{grid.name}-{plan_id}", storage=storage, resources=resources,
                    callbacks=[make_callback(tracker, parent, tracker.unfinished_trials(parent))])
+    if args.address:  # withdraw any autoscaler request so idle GPU workers can stop
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[])
     outdir = Path(tempfile.mkdtemp(prefix=f"mmemb-{grid.name}-"))
     analysis, md = build_report(tracker, parent, spec, outdir)
     complete = all(s.complete for s in analysis.status.values())

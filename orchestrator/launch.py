@@ -17,6 +17,10 @@ from typing import Any
 
 from orchestrator.tracking import Tracker
 
+TRIAL_DRIVER_CPU = 0.01
+"""CPU held by each Tune trial's driver; taken out of the run's own worker request so that a
+trial costs exactly ``cpus_per_trial`` (2 trials of 1 CPU fit 2 CPUs, not 1)."""
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -57,6 +61,7 @@ def trial_fn(config: dict[str, Any]) -> None:
         run_torch_trainer(
             cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
             max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
+            reserved_cpus=TRIAL_DRIVER_CPU,
         )
     except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
         raise TrialFailed(root_cause(e)) from None
@@ -135,6 +140,36 @@ def _trial_error(trial) -> str:
     return root_cause(RuntimeError(text)) if text else "trial failed (see the Ray logs)"
 
 
+def wait_for_resources(resources: Resources, address: str | None, timeout_s: float) -> None:
+    """On an autoscaling cluster, ask for the GPUs the first trials need and wait for them.
+
+    A fresh ``ray up`` cluster has no GPU workers yet; asking the autoscaler up front lets
+    ``concurrency`` see them instead of refusing the run. Locally nothing can appear, so the
+    caller's resource check fails at once with its message.
+    """
+    import time
+
+    import ray
+
+    if not address or resources.gpus_per_trial <= 0:
+        return
+    have = ray.cluster_resources().get("GPU", 0.0)
+    if have >= resources.gpus_per_trial:
+        return
+    from ray.autoscaler.sdk import request_resources
+
+    n = resources.max_concurrent or 1
+    request_resources(bundles=[{"CPU": resources.cpus_per_trial,
+                                "GPU": resources.gpus_per_trial}] * n)
+    print(f"waiting up to {timeout_s:.0f}s for GPU workers to join "
+          f"({n} x {resources.gpus_per_trial:g} GPU requested)...", flush=True)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if ray.cluster_resources().get("GPU", 0.0) >= resources.gpus_per_trial:
+            return
+        time.sleep(10)
+
+
 def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resources: Resources,
                callbacks: list, max_failures: int = 0) -> Any:
     """Run planned trials (dicts from the planner) as one Tune experiment; returns the ResultGrid."""
@@ -143,7 +178,7 @@ def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resourc
 
     concurrency = resources.concurrency(ray.cluster_resources())
     tuner = tune.Tuner(
-        tune.with_resources(trial_fn, {"CPU": 0.01}),
+        tune.with_resources(trial_fn, {"CPU": TRIAL_DRIVER_CPU}),
         param_space={"trial": tune.grid_search(list(plans))},
         tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
         run_config=tune.RunConfig(

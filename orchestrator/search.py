@@ -86,13 +86,13 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.report import build_report
     from orchestrator.tracking import Tracker
     from trainables.profiles import build_config
-    from trainables.train import init_ray
+    from trainables.train import init_ray, storage_uri
 
     space = load_space(args.space)
     n = args.num_samples or space.num_samples
     if n < 1:
         raise ValueError(f"--num-samples {n} must be >= 1")
-    storage = str(Path(args.storage).resolve())
+    storage = storage_uri(args.storage)
     gpus = args.gpus_per_trial or 0.0
     base_cfg = build_config(args.profile, overrides=dict(space.base))
     baseline_cfg = build_config(args.profile, overrides=dict(space.baseline))
@@ -111,7 +111,8 @@ def _run(args: argparse.Namespace) -> int:
         [space.name, base_cfg.config_hash(), n, args.seed]).encode()).hexdigest()[:16]
     parent, resumed = tracker.start_parent(f"search {space.name}", "search", plan_id,
                                            {"mmemb.space": space.name}, resume=args.resume)
-    study_db = Path(storage) / "optuna.db"
+    # The study is SQLite on the driver's disk, even when checkpoints go to s3://.
+    study_db = (Path(storage) if "://" not in storage else Path("runs").resolve()) / "optuna.db"
     study_db.parent.mkdir(parents=True, exist_ok=True)
     study_name = f"{space.name}-{plan_id}"
     study = optuna.create_study(study_name=study_name, direction="maximize",

@@ -175,10 +175,8 @@ def parse_cli_overrides(items: list[str]) -> dict[str, Any]:
         k, v = item.split("=", 1)
         parsed = yaml.safe_load(v) if v.strip().lower() != "none" else None
         if isinstance(parsed, str):
-            try:
+            with contextlib.suppress(ValueError):
                 parsed = float(parsed)  # YAML 1.1 leaves "2e-5" a string
-            except ValueError:
-                pass
         out[k.strip()] = parsed
     return out
 

@@ -37,6 +37,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
     cfg = RunConfig.from_dict(config["run"])
+    # Ray sets threads from the (fractional) CPU request; use the whole CPUs the trial asked for.
+    import torch
+
+    torch.set_num_threads(config.get("threads", 1))
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -76,11 +80,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 
 def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: list | None = None,
-                      max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0):
-    """Build and fit the TorchTrainer of one run; returns Ray's Result.
+                      max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0,
+                      reserved_cpus: float = 0.0):
+    """Build and fit the TorchTrainer of one run; returns Ray's Result (raises on failure).
 
     ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several runs on one GPU (Ray's
-    fractions are logical: size the runs to fit the GPU's memory).
+    fractions are logical: size the runs to fit the GPU's memory). ``reserved_cpus`` is what the
+    caller (a Tune trial driver) already holds, taken out of the worker's request.
     """
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -91,10 +97,11 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
     use_gpu = use_gpu and gpus > 0
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"run": cfg.to_dict()},
+        train_loop_config={"run": cfg.to_dict(), "threads": max(1, round(cpus))},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=use_gpu,
-            resources_per_worker={"CPU": cpus, **({"GPU": gpus} if use_gpu else {})},
+            resources_per_worker={"CPU": max(cpus - reserved_cpus, 0.01),
+                                  **({"GPU": gpus} if use_gpu else {})},
         ),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage_path, callbacks=callbacks or [],
@@ -109,6 +116,11 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
         ),
     )
     return trainer.fit()
+
+
+def storage_uri(path: str) -> str:
+    """Absolute local folder, or a URI (s3://, gs://, ...) passed through untouched."""
+    return path if "://" in path else str(Path(path).resolve())
 
 
 def _cluster_has_gpu() -> bool:
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"run {cfg.config_hash()}: {cfg.objective.method} on {cfg.encoder}, seed {cfg.seed}")
     init_ray(args.address)
-    storage = str(Path(args.storage).resolve())
+    storage = storage_uri(args.storage)
     try:
         result = run_torch_trainer(cfg, f"run-{cfg.config_hash()}", storage,
                                    max_failures=args.max_failures)
