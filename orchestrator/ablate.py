@@ -143,7 +143,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"MLflow parent run {parent} at {tracker.uri}")
     if todo:
         run_trials(todo, name=f"{grid.name}-{plan_id}", storage=storage, resources=resources,
-                   callbacks=[make_callback(tracker, parent, tracker.unfinished_trials(parent))])
+                   callbacks=[make_callback(tracker, parent, tracker.unfinished_trials(parent),
+                                             total=len(todo))])
     if args.address:  # withdraw any autoscaler request so idle GPU workers can stop
         from ray.autoscaler.sdk import request_resources
 

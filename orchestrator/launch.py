@@ -72,7 +72,7 @@ class TrialFailed(RuntimeError):
 
 
 def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | None = None,
-                  verbose: bool = True):
+                  verbose: bool = True, total: int | None = None):
     """A Tune callback that mirrors every trial into a child MLflow run, from the driver.
 
     ``reuse`` maps trial keys to child runs left unfinished by an earlier, interrupted driver:
@@ -103,8 +103,10 @@ def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | N
                 return
             t = trial.config["trial"]
             states = [x.status for x in trials]
-            live = (f"[{states.count('TERMINATED')} done, {states.count('RUNNING')} running, "
-                    f"{states.count('PENDING')} pending, {states.count('ERROR')} failed]")
+            n = total or len(states)
+            done, failed = states.count("TERMINATED"), states.count("ERROR")
+            live = (f"[{done + failed}/{n} finished, {states.count('RUNNING')} running"
+                    + (f", {failed} failed]" if failed else "]"))
             if result.get("final"):
                 print(f"{live} done {t['cell']} seed {t['seed']}: "
                       f"avg {result.get('test/avg', float('nan')):.2f}  "

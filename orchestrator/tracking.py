@@ -63,6 +63,9 @@ class Tracker:
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifacts)
         else:
             self.experiment_id = exp.experiment_id
+        # MLflow 3 opens GenAI experiments on a traces page; ours are training runs.
+        self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind",
+                                       "custom_model_development")
 
     # --- parents ----------------------------------------------------------------------------
     def start_parent(self, name: str, kind: str, plan_id: str, tags: Mapping[str, str],
