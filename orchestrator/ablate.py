@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.launch import Resources, make_callback, run_trials, wait_for_resources
+    from orchestrator.outbox import Outbox
     from orchestrator.report import build_report, grid_spec
     from orchestrator.tracking import Tracker
     from trainables.train import init_ray, storage_uri
@@ -141,10 +142,18 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{grid.title}\n{len(plans)} trials ({len(grid.cells)} cells x {len(seeds)} seeds), "
           f"{len(done)} already done, {len(todo)} to run, up to {concurrency} at once")
     print(f"MLflow parent run {parent} at {tracker.uri}")
+    outbox = Outbox(tracker, Path(storage if "://" not in storage else "runs").resolve()
+                    / f"mlflow-outbox-{plan_id}.jsonl")
     if todo:
         run_trials(todo, name=f"{grid.name}-{plan_id}", storage=storage, resources=resources,
-                   callbacks=[make_callback(tracker, parent, tracker.unfinished_trials(parent),
+                   callbacks=[make_callback(outbox, parent, tracker.unfinished_trials(parent),
                                              total=len(todo))])
+    if outbox.offline:
+        print(f"\nMLflow stopped answering during the table; {outbox.kept} results are kept in "
+              f"{outbox.journal}.\nWhen it is back, upload them with:\n  {outbox.upload_command()}"
+              f"\nthen render the table with:\n  python -m orchestrator.report --run {parent} "
+              f"--tracking-uri {tracker.uri}", file=sys.stderr)
+        return 3
     if args.address:  # withdraw any autoscaler request so idle GPU workers can stop
         from ray.autoscaler.sdk import request_resources
 

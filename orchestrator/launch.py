@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking import Tracker
+from orchestrator.outbox import Outbox
 
 TRIAL_DRIVER_CPU = 0.01
 """CPU held by each Tune trial's driver; taken out of the run's own worker request so that a
@@ -71,12 +71,13 @@ class TrialFailed(RuntimeError):
     """A run failed; the message is its root cause (NonFiniteLoss, OutOfMemoryError, ...)."""
 
 
-def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | None = None,
+def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | None = None,
                   verbose: bool = True, total: int | None = None):
     """A Tune callback that mirrors every trial into a child MLflow run, from the driver.
 
     ``reuse`` maps trial keys to child runs left unfinished by an earlier, interrupted driver:
-    a resumed trial continues in its old run instead of adding a duplicate.
+    a resumed trial continues in its old run instead of adding a duplicate. Writes go through
+    ``outbox``, which keeps them on disk if MLflow stops answering.
     """
     from ray.tune import Callback
 
@@ -89,16 +90,15 @@ def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | N
         def _run(self, trial) -> str:
             if trial.trial_id not in self.runs:  # once per trial, even across Tune retries
                 plan = trial.config["trial"]
-                old = reuse.pop(plan["key"], None)
-                self.runs[trial.trial_id] = (tracker.reopen_child(old) if old
-                                             else tracker.start_child(parent_id, plan))
+                self.runs[trial.trial_id] = outbox.start_child(
+                    parent_id, plan, reuse=reuse.pop(plan["key"], None))
             return self.runs[trial.trial_id]
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self._run(trial)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            tracker.log_result(self._run(trial), result)
+            outbox.log_result(self._run(trial), result)
             if not verbose:
                 return
             t = trial.config["trial"]
@@ -116,13 +116,13 @@ def make_callback(tracker: Tracker, parent_id: str, reuse: Mapping[str, str] | N
                       f"STS-B dev {result['stsb_dev']:.2f}", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            tracker.end(self._run(trial), "FINISHED")
+            outbox.end(self._run(trial), "FINISHED")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             run = self._run(trial)
             reason = _trial_error(trial)
-            tracker.client.set_tag(run, "mmemb.error", reason)
-            tracker.end(run, "FAILED")
+            outbox.set_tag(run, "mmemb.error", reason)
+            outbox.end(run, "FAILED")
             t = trial.config["trial"]
             print(f"  FAILED {t['cell']} seed {t['seed']}: {reason}", flush=True)
 

@@ -83,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from orchestrator.ablate import check_data
     from orchestrator.launch import Resources, make_callback, run_trials
+    from orchestrator.outbox import Outbox
     from orchestrator.report import build_report
     from orchestrator.tracking import Tracker
     from trainables.profiles import build_config
@@ -115,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
     study_db = (Path(storage) if "://" not in storage else Path("runs").resolve()) / "optuna.db"
     study_db.parent.mkdir(parents=True, exist_ok=True)
     study_name = f"{space.name}-{plan_id}"
+    outbox = Outbox(tracker, study_db.parent / f"mlflow-outbox-{plan_id}.jsonl")
     study = optuna.create_study(study_name=study_name, direction="maximize",
                                 storage=f"sqlite:///{study_db}", load_if_exists=True)
     finished = len([t for t in study.trials if t.state.is_finished()])
@@ -139,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
             time_attr="training_iteration", grace_period=1, reduction_factor=2,
         )
 
-        cb = make_callback(tracker, parent)
+        cb = make_callback(outbox, parent)
         tuner = tune.Tuner(
             tune.with_resources(search_trial_fn, {"CPU": 0.01}),
             tune_config=tune.TuneConfig(
@@ -182,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     if todo:
         print(f"confirming on seeds {list(space.confirm_seeds)}: {len(todo)} runs")
         run_trials(todo, name=f"{space.name}-{plan_id}-confirm", storage=storage,
-                   resources=resources, callbacks=[make_callback(tracker, parent)])
+                   resources=resources, callbacks=[make_callback(outbox, parent)])
     out = Path(tempfile.mkdtemp(prefix=f"mmemb-{space.name}-"))
     analysis, md = build_report(tracker, parent, spec, out)
     ok = all(s.complete for s in analysis.status.values())

@@ -48,6 +48,10 @@ class Tracker:
 
     def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT):
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        # Fail over to the local journal in seconds, not after minutes of HTTP retries.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         import mlflow
         from mlflow.tracking import MlflowClient
 

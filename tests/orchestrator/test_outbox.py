@@ -1,0 +1,72 @@
+"""MLflow going away mid-table: writes land in the journal, replay restores them without duplicates."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import sync
+from orchestrator.outbox import PENDING, Outbox
+from orchestrator.tracking import Tracker
+
+
+def plan(cell, seed):
+    return {"run_name": f"{cell} | seed {seed}", "key": f"{cell}/seed-{seed}", "grid": "g",
+            "cell": cell, "seed": seed, "config_hash": "h", "run": {"lr": 1e-5}}
+
+
+@pytest.fixture()
+def tracker(tmp_path):
+    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, capsys):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    box = Outbox(tracker, tmp_path / "journal.jsonl")
+    a = box.start_child(parent, plan("A", 0))
+    box.log_result(a, {"step": 3, "stsb_dev": 70.0})
+    assert not box.offline and not box.journal.exists()
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server gone")
+
+    for name in ("log_result", "start_child", "end", "reopen_child"):
+        monkeypatch.setattr(tracker, name, down)
+    box.log_result(a, {"step": 6, "stsb_dev": 71.0, "final": 1, "test/avg": 75.5})
+    box.end(a, "FINISHED")
+    b = box.start_child(parent, plan("B", 0))
+    assert b == PENDING + "B/seed-0"
+    box.log_result(b, {"step": 6, "final": 1, "test/avg": 74.0})
+    box.set_tag(b, "mmemb.error", "")
+    box.end(b, "FINISHED")
+    assert box.offline and box.kept == 6
+    assert "keeping results in" in capsys.readouterr().err
+    monkeypatch.undo()
+
+    # The server is back: one command uploads everything, the runs end FINISHED, once each.
+    assert sync.main([str(box.journal), "--tracking-uri", tracker.uri]) == 0
+    assert not box.journal.exists() and box.journal.with_suffix(".uploaded").exists()
+    children = {c.data.tags["mmemb.trial"]: c for c in tracker.children(parent)}
+    assert set(children) == {"A/seed-0", "B/seed-0"}
+    assert all(c.info.status == "FINISHED" for c in children.values())
+    assert children["A/seed-0"].data.metrics["test/avg"] == 75.5
+    assert children["B/seed-0"].data.metrics["test/avg"] == 74.0
+    hist = tracker.client.get_metric_history(children["A/seed-0"].info.run_id, "stsb_dev")
+    assert [(m.step, m.value) for m in hist] == [(3, 70.0), (6, 71.0)]
+
+
+def test_replay_reuses_an_unfinished_run_of_the_same_trial(tracker, tmp_path):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    old = tracker.start_child(parent, plan("A", 1))  # left RUNNING by a dead driver
+    box = Outbox(tracker, tmp_path / "j.jsonl")
+    box.offline = True
+    h = box.start_child(parent, plan("A", 1))
+    box.end(h, "FINISHED")
+    sync.main([str(box.journal), "--tracking-uri", tracker.uri])
+    children = tracker.children(parent)
+    assert [c.info.run_id for c in children] == [old]
+    assert children[0].info.status == "FINISHED"
+
+
+def test_sync_refuses_a_missing_journal(tmp_path, capsys):
+    assert sync.main([str(tmp_path / "nope.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
