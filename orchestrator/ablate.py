@@ -63,7 +63,7 @@ def check_data(plans: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m orchestrator.ablate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--grid", help="a table in search_spaces/ (see --list)")
+    p.add_argument("--grid", help="a table in search_spaces/ (see --list), or a .py file with GRID")
     p.add_argument("--list", action="store_true", help="list the grids, one line each")
     p.add_argument("--profile", help="demo | paper | FILE.yaml (default: demo unless configured)")
     p.add_argument("--seeds", type=int, nargs="+", help="override the grid's seeds (default 0-4)")
@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
                     / f"mlflow-outbox-{plan_id}.jsonl")
     if todo:
         run_trials(todo, name=f"{grid.name}-{plan_id}", storage=storage, resources=resources,
-                   callbacks=[make_callback(outbox, parent, tracker.unfinished_trials(parent),
+                   max_failures=args.max_failures, callbacks=[make_callback(outbox, parent, tracker.unfinished_trials(parent),
                                              total=len(todo))])
     if outbox.offline:
         print(f"\nMLflow stopped answering during the table; {outbox.kept} results are kept in "

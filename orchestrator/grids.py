@@ -295,7 +295,24 @@ def _get(name: str, kind: str) -> Any:
 
 
 def load_grid(name: str) -> Grid:
+    """A grid of ``search_spaces/`` by name, or ``GRID`` of a Python file (your own table)."""
+    if name.endswith(".py"):
+        return _from_file(name, "GRID")
     return _get(name, "grid")
+
+
+def _from_file(path: str, attr: str) -> Any:
+    import importlib.util
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"grid file {p} does not exist; pass a grid name (see --list) or a .py file")
+    spec = importlib.util.spec_from_file_location(f"_mmemb_user_{p.stem}", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    if not hasattr(mod, attr):
+        raise ValueError(f"{p} defines no {attr}; declare {attr} = Grid(...) as search_spaces/ do")
+    return getattr(mod, attr)
 
 
 def load_space(name: str) -> SearchSpace:

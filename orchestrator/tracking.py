@@ -140,6 +140,8 @@ class Tracker:
             self.client.log_batch(run_id, metrics=metrics)
         if result.get("checkpoint_path"):
             self.client.set_tag(run_id, f"{TAG}checkpoint", str(result["checkpoint_path"]))
+        if result.get("node_id"):
+            self.client.set_tag(run_id, f"{TAG}node", str(result["node_id"]))
 
     # --- read back --------------------------------------------------------------------------
     def scores(self, parent_id: str) -> tuple[dict[str, dict[int, dict[str, float]]], dict]:

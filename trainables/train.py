@@ -68,7 +68,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ray.train.report(metrics)
 
     final = trainer.fit(report, workdir)
-    metrics = {"step": trainer.step, FINAL_KEY: 1, **final}
+    node = ray.get_runtime_context().get_node_id()  # where the run ended (multi-node checks)
+    metrics = {"step": trainer.step, FINAL_KEY: 1, "node_id": node, **final}
     if rank == 0:
         out = workdir / "final"
         trainer.save_state(out)
