@@ -3,7 +3,7 @@
 `ray up` has no dry run, so these checks stand in for one, offline: Ray's own config preparation
 and schema validation, the invariants the project relies on (GPU workers, token auth on every
 node, MLflow on the head, shared storage, the data under $MMEMB_DATA), shell syntax of every
-command, the environment the setup really writes, and every command in docs/cluster.md parsed
+command, the environment the setup really writes, and every command in README.md, "Running on a cluster" parsed
 by the real CLIs. The MLflow start command is run for real in the slow test.
 """
 
@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 AWS = ROOT / "cluster.yaml"
 LOCAL = ROOT / "cluster.local.yaml"
-DOCS = ROOT / "docs" / "cluster.md"
+DOCS = ROOT / "README.md"  # the cluster section lives in the README
 COMMAND_KEYS = ("initialization_commands", "setup_commands", "head_setup_commands",
                 "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
 
@@ -191,7 +191,7 @@ def test_local_file_keeps_to_the_v1_autoscaler():
     assert cfg["min_workers"] == cfg["max_workers"] == len(ips)
 
 
-# --- docs/cluster.md: every command parses with the real command lines -------------------------
+# --- README.md, "Running on a cluster": every command parses with the real command lines -------------------------
 
 def doc_lines() -> list[str]:
     blocks = re.findall(r"```(?:bash)?\n(.*?)```", DOCS.read_text(), flags=re.S)
@@ -232,15 +232,16 @@ def test_doc_ablate_commands_parse(capsys):
         argv = shlex.split(line.split("orchestrator.ablate", 1)[1].rstrip("'"))
         assert main([*argv, "--list"]) == 0, line  # argparse exits on an unknown flag
         load_grid(argv[argv.index("--grid") + 1])
-        assert "--address" in argv and "--tracking-uri" in argv, line
-        found += 1
+        if "--profile" in argv and argv[argv.index("--profile") + 1] == "paper":
+            assert "--address" in argv and "--tracking-uri" in argv, line  # cluster commands
+            found += 1
     assert found >= 2
 
 
 def test_doc_python_snippets_compile():
     snippets = [shlex.split(ln)[2] for ln in doc_lines() if ln.startswith("python -c ")]
     for src in snippets:
-        compile(src, "<docs/cluster.md>", "exec")
+        compile(src, "<README.md>", "exec")
 
 
 # --- the MLflow start command, for real ---------------------------------------------------------
