@@ -218,7 +218,7 @@ class SearchSpace:
     base: Mapping[str, Any]
     define: Callable[[Any], Mapping[str, Any] | None]
     baseline: Mapping[str, Any]
-    metric: str = "stsb_dev"
+    metric: str = "best_stsb_dev"
     mode: str = "max"
     num_samples: int = 20
     confirm_seeds: tuple[int, ...] = (100, 101, 102, 103, 104)

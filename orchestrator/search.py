@@ -26,13 +26,34 @@ def _plan(space: SearchSpace, profile: str | None, params: dict[str, Any], seed:
           storage: str, cpus: float, gpus: float, max_failures: int, tag: str) -> dict[str, Any]:
     from trainables.profiles import build_config
 
-    overrides = {**space.base, **params_to_overrides(space, params), "seed": seed}
+    sampled = params_to_overrides(space, params, profile=profile) if params else {}
+    overrides = {**space.base, **sampled, "seed": seed}
     cfg = build_config(profile, overrides=overrides)
     h = cfg.config_hash()
     return {"key": f"{tag}/{h}", "grid": space.name, "cell": tag, "seed": seed,
             "run": cfg.to_dict(), "config_hash": h, "run_name": f"{tag} {h}",
             "train_name": f"{space.name}-{h}", "storage": storage, "max_failures": max_failures,
             "cpus": cpus, "gpus": gpus}
+
+
+class PlannedSpace:
+    """Optuna's define-by-run function for a space, returning the trial's run plan.
+
+    A module-level class, not a closure: Tune pickles the searcher (with this) to checkpoint it.
+    """
+
+    def __init__(self, space: str, profile: str | None, seed: int, storage: str, cpus: float,
+                 gpus: float, max_failures: int):
+        self.args = (space, profile, seed, storage, cpus, gpus, max_failures)
+
+    def __call__(self, trial) -> dict[str, Any]:
+        name, profile, seed, storage, cpus, gpus, max_failures = self.args
+        space = load_space(name)
+        space.define(trial)  # the suggestions are recorded on the trial
+        plan = _plan(space, profile, dict(trial.params), seed, storage, cpus, gpus,
+                     max_failures, "search")
+        plan["key"] = f"search/{trial.number}"
+        return {"plan": plan}
 
 
 def search_trial_fn(config: dict[str, Any]) -> None:
@@ -58,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-failures", type=int, default=1)
     p.add_argument("--tracking-uri")
     p.add_argument("--storage", default="runs")
+    p.add_argument("--confirm-seeds", type=int, nargs="+",
+                   help="fresh seeds for the confirmation re-run (default: the space's five)")
     p.add_argument("--resume", action="store_true", help="continue the study and the parent run")
     args = p.parse_args(argv)
     if args.list:
@@ -124,13 +147,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{space.title}\n{n} search trials ({finished} done), up to {concurrency} at once; "
           f"MLflow parent {parent} at {tracker.uri}")
 
-    def define(trial: optuna.Trial) -> dict[str, Any]:
-        space.define(trial)  # suggestions are recorded on the trial
-        plan = _plan(space, args.profile, dict(trial.params), args.seed, storage,
-                     args.cpus_per_trial, gpus, args.max_failures, "search")
-        plan["key"] = f"search/{trial.number}"
-        plan["cell"] = "search"
-        return {"plan": plan}
+    define = PlannedSpace(space.name, args.profile, args.seed, storage, args.cpus_per_trial,
+                          gpus, args.max_failures)
 
     if remaining:
         searcher = OptunaSearch(
@@ -158,17 +176,18 @@ def _run(args: argparse.Namespace) -> int:
     if not done:
         raise ValueError("no search trial finished; see the Ray logs under " + storage)
     best = max(done, key=lambda t: t.value) if space.mode == "max" else min(done, key=lambda t: t.value)
-    best_over = params_to_overrides(space, best.params)
+    best_over = params_to_overrides(space, best.params, profile=args.profile)
     print(f"best of {len(done)}: {space.metric} {best.value:.2f} with {json.dumps(best.params)}")
     tracker.client.log_text(parent, json.dumps({"params": best.params, "value": best.value,
                                                 "overrides": best_over}, indent=1), "best.json")
 
     # Confirmation: the best config and the baseline on the same fresh seeds.
+    base_name = str(space.baseline.get("objective.method", "baseline")).upper()
     grid = Grid(
         name=space.name, title=f"{space.title}: best configuration vs baseline, fresh seeds",
-        cells=(Cell("baseline", dict(space.baseline)),
-               Cell("best", {**space.base, **best_over})),
-        baseline="baseline", seeds=tuple(space.confirm_seeds),
+        cells=(Cell(base_name, dict(space.baseline)),
+               Cell(f"best of {space.name}", {**space.base, **best_over})),
+        baseline=base_name, seeds=tuple(args.confirm_seeds or space.confirm_seeds),
     )
     from orchestrator.ablate import plan_trials
     from orchestrator.report import grid_spec
@@ -182,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     doneconf = tracker.finished_trials(parent)
     todo = [pl for pl in plans if pl["key"] not in doneconf]
     if todo:
-        print(f"confirming on seeds {list(space.confirm_seeds)}: {len(todo)} runs")
+        print(f"confirming on seeds {list(grid.seeds)}: {len(todo)} runs")
         run_trials(todo, name=f"{space.name}-{plan_id}-confirm", storage=storage,
                    resources=resources, callbacks=[make_callback(outbox, parent)])
     out = Path(tempfile.mkdtemp(prefix=f"mmemb-{space.name}-"))

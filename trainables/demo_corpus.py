@@ -1,7 +1,7 @@
 """A small synthetic grounded corpus so the default job runs on a laptop with no data and no internet.
 
 How it is made (deterministic from ``seed``; under a second on one core for the defaults:
-300 scenes x 2 captions, 2,000 text sentences, STS-B dev 200 pairs, 150 test pairs per task):
+300 scenes x 2 captions, 2,000 text sentences, STS-B dev 200 pairs, 100 test pairs per task):
   - A *scene* is five slots: count, attribute (or none), subject, action, place, each drawn from a
     small vocabulary of everyday words a BERT / MiniLM tokenizer knows.
   - A scene is rendered as a caption by a template ("there are two dogs running on the beach .",
@@ -292,7 +292,7 @@ def generate_demo(
     n_text: int = 2000,
     dim: int = 512,
     n_dev: int = 200,
-    n_test: int = 150,
+    n_test: int = 100,
     feature_norm: float = 1.1,
 ) -> DemoCorpus:
     """Generate (or reuse from ``cache_dir``) the demo corpus; returns its paths.

@@ -236,7 +236,10 @@ class Trainer:
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "trainer": {"step": self.step, "best": self.best, "best_step": self.best_step,
                         "history": self.history, "config_hash": self.cfg.config_hash()},
-            "best_state": self.best_state,
+            # When the best is the current model (the usual case at an eval), don't write the
+            # weights twice: a checkpoint of MiniLM shrinks by a quarter, BERT-base by 440 MB.
+            "best_state": None if self.best_step == self.step else self.best_state,
+            "best_is_model": self.best_step == self.step and self.best_state is not None,
         }
         torch.save(state, tmp / "state.pt")
         tmp.rename(path)
@@ -261,6 +264,8 @@ class Trainer:
         self.step, self.best, self.best_step = tr["step"], tr["best"], tr["best_step"]
         self.history = list(tr["history"])
         self.best_state = state["best_state"]
+        if state.get("best_is_model"):
+            self.best_state = {k: v.clone() for k, v in state["model"].items()}
 
     def export_best(self, path: Path) -> Path:
         """Write the best student as a Hugging Face / sentence-transformers folder."""
