@@ -113,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     from trainables.train import init_ray, storage_uri
 
     space = load_space(args.space)
-    n = args.num_samples or space.num_samples
+    n = args.num_samples if args.num_samples is not None else space.num_samples
     if n < 1:
         raise ValueError(f"--num-samples {n} must be >= 1")
     storage = storage_uri(args.storage)

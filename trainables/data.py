@@ -63,7 +63,9 @@ class TrainingData:
         if kind == "text":
             assert self.text is not None
             enc = tokenize(self.text.get(indices))
-            return Batch(kind, enc["input_ids"].to(device), enc["attention_mask"].to(device))
+            # non_blocking: a blocking copy would wait for the previous step's GPU work
+            return Batch(kind, enc["input_ids"].to(device, non_blocking=True),
+                         enc["attention_mask"].to(device, non_blocking=True))
         assert self.pairs is not None
         rows = self.pairs.batch(indices)
         enc = tokenize(rows["caption"])
@@ -73,7 +75,8 @@ class TrainingData:
 
         clip_text = feat("clip_text") if "clip_text" in rows else None
         return Batch(
-            kind, enc["input_ids"].to(device), enc["attention_mask"].to(device),
+            kind, enc["input_ids"].to(device, non_blocking=True),
+            enc["attention_mask"].to(device, non_blocking=True),
             image=feat(self.image_column), clip_text=clip_text,
             text_teachers=tuple(feat(c) for c in self.teacher_columns),
         )

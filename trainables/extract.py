@@ -293,16 +293,10 @@ class ClipEmbedder:
 
 
 def init_ray(address: str | None = None) -> None:
-    """Connect to ``address`` (e.g. "auto"), or start a local Ray without the dashboard."""
-    import ray
+    """Connect to ``address`` (e.g. "auto"), or start the project's light local Ray."""
+    from trainables.train import init_ray as start
 
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(include_dashboard=False, log_to_driver=False)
+    start(address, log_to_driver=False)
 
 
 def _model_dim(model: str) -> int:

@@ -139,8 +139,10 @@ class Trainer:
             terms = compute_objective(self.objective, out, teacher)
         if fault == "nan":
             terms["total"] = terms["total"] * float("nan")
-        self._check_finite(terms)
+        # Backward is queued before the host reads the finite flag, so the GPU overlaps the wait;
+        # a bad loss still raises before any weight changes.
         terms["total"].backward()
+        self._check_finite(terms)
         torch.nn.utils.clip_grad_norm_(self.student.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         self.lr_sched.step()

@@ -184,7 +184,8 @@ def listmle_loss(
         )
     n = student_scores.shape[-1]
     gen_device = generator.device if generator is not None else "cpu"
-    perm = torch.randperm(n, generator=generator, device=gen_device).to(student_scores.device)
+    perm = torch.randperm(n, generator=generator, device=gen_device).to(
+        student_scores.device, non_blocking=True)
     s, t = student_scores[:, perm], _frozen(teacher_scores)[:, perm]
     _, order = t.sort(descending=True, dim=-1)
     ranked = s.gather(1, order)

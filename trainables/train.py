@@ -146,6 +146,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
         ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
         return
     ray.init(
+        # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
+        address="local",
         num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
         object_store_memory=200 * 2**20, logging_config=quiet,
         _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},

@@ -46,6 +46,7 @@ def test_two_steps_every_method_both_loops(bench, tmp_path):
         assert r["tokens_per_s"] == pytest.approx(tokens * r["steps_per_s"])
         assert r["mfu"] == pytest.approx(r["tflops"] / 1.0)  # peak given as 1 TFLOP/s
         assert r["steps_per_s_with_eval"] < r["steps_per_s"]
+        assert (r["checkpoint_s"] > 0) if r["loop"] == "ours" else r["checkpoint_s"] is None
         assert r["eval_sentences"] == (2 * 26 if r["loop"] == "official" else 2 * 8)
     assert len(report["speedups"]) == 3
     assert all(s["train"] > 0 and s["with_eval"] > 0 for s in report["speedups"])

@@ -43,10 +43,9 @@ ROWS = [
 def ray_light():
     import ray
 
-    ray.init(
-        num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False,
-        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
-    )
+    from trainables.train import init_ray
+
+    init_ray(num_cpus=2, log_to_driver=False)  # a fresh local instance, light settings
     yield
     ray.shutdown()
 
