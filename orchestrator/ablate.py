@@ -49,15 +49,16 @@ def plan_trials(grid: Grid, profile: str | None, seeds: list[int] | None, storag
 def check_data(plans: list[dict[str, Any]]) -> None:
     """Open every distinct data source once (demo corpus generated here, before Ray starts)."""
     from trainables.config import RunConfig
-    from trainables.data import load_data
+    from trainables.data import check_dims, load_data
 
     seen = set()
     for p in plans:
         cfg = RunConfig.from_dict(p["run"])
-        key = json.dumps(p["run"]["data"], sort_keys=True) + cfg.objective.method
+        key = json.dumps([p["run"]["data"], p["run"]["encoder"], p["run"]["objective"]],
+                         sort_keys=True)
         if key not in seen:
             seen.add(key)
-            load_data(cfg)
+            check_dims(cfg, load_data(cfg))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,3 +115,21 @@ def load_data(cfg: RunConfig) -> TrainingData:
         )
     # The trainer switches to stored text-teacher columns when they match its teachers.
     return TrainingData(text, pairs, Path(senteval), d.image_column, ())
+
+
+def check_dims(cfg: RunConfig, data: TrainingData) -> None:
+    """Refuse, before any model is built, a store whose features the objective cannot use."""
+    o = cfg.objective.resolved()
+    if o.method != "dalr" or not o.use_cma or data.image_dim is None:
+        return
+    from transformers import AutoConfig
+
+    from trainables.profiles import resolve_encoder
+
+    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder)).hidden_size
+    if data.image_dim != hidden:
+        raise ValueError(
+            f"the store's {data.image_column!r} features are {data.image_dim}-d but DALR's CMA "
+            f"compares them with the student's {hidden}-d embedding; use an image teacher of "
+            f"that size (CLIP ViT-L/14 is 768-d, as BERT-base) or set objective.use_cma=false"
+        )

@@ -23,7 +23,7 @@ import torch
 
 from trainables.config import RunConfig
 from trainables.corpus import Tokenize
-from trainables.data import Batch, TrainingData, load_data
+from trainables.data import Batch, TrainingData, check_dims, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts
 from trainables.faults import maybe_inject
 from trainables.model import Student, StudentConfig
@@ -56,6 +56,7 @@ class Trainer:
         self.objective = cfg.objective.resolved()
         seed_everything(cfg.seed)  # official: before the model is built
         self.data: TrainingData = load_data(cfg)
+        check_dims(cfg, self.data)
         encoder = resolve_encoder(cfg.encoder)
         # Build the CLIP-text head only where the objective uses it (KDMCSE; MCSE + CLIP text).
         clip_text_dim = self.data.clip_text_dim if self.objective.clip_text_term else None

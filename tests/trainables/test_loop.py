@@ -144,3 +144,10 @@ def test_final_eval_uses_best_checkpoint(tiny_bert, cache, tmp_path):
     assert final["best_stsb_dev"] == max(m["stsb_dev"] for m in reports.metrics)
     # the evaluated model is the best one: its dev score is the best dev score
     assert t.evaluate_dev() == pytest.approx(final["best_stsb_dev"], abs=1e-6)
+
+
+def test_feature_size_that_cma_cannot_use_is_refused_before_training(tiny_bert, cache):
+    cfg = tiny_cfg(tiny_bert, cache, "dalr", **{"data.demo_dim": 48})
+    with pytest.raises(ValueError, match=r"48-d but DALR's CMA .* 32-d embedding.*use_cma=false"):
+        Trainer(cfg)
+    Trainer(cfg.with_overrides({"objective.use_cma": False}))  # without CMA it is fine
