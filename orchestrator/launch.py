@@ -86,6 +86,7 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
     class MlflowTrials(Callback):
         def __init__(self) -> None:
             self.runs: dict[str, str] = {}
+            self.groups: dict[str, set[str]] = {}
 
         def _run(self, trial) -> str:
             if trial.trial_id not in self.runs:  # once per trial, even across Tune retries
@@ -98,6 +99,8 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             self._run(trial)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
+            if result.get("placement_group"):
+                self.groups.setdefault(trial.trial_id, set()).add(result["placement_group"])
             outbox.log_result(self._run(trial), result)
             if not verbose:
                 return
@@ -116,9 +119,11 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
                       f"STS-B dev {result['stsb_dev']:.2f}", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
+            free_placement_groups(self.groups.pop(trial.trial_id, ()))
             outbox.end(self._run(trial), "FINISHED")
 
         def on_trial_error(self, iteration, trials, trial, **info):
+            free_placement_groups(self.groups.pop(trial.trial_id, ()))
             run = self._run(trial)
             reason = _trial_error(trial)
             outbox.set_tag(run, "mmemb.error", reason)
@@ -127,6 +132,26 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             print(f"  FAILED {t['cell']} seed {t['seed']}: {reason}", flush=True)
 
     return MlflowTrials()
+
+
+def free_placement_groups(ids) -> None:
+    """Release the placement groups of a trial's Train run once the trial is over.
+
+    When Tune stops a trial early (ASHA), the trial's process dies with its Train controller,
+    but the controller's placement group lives on: Train's own cleaner needs Ray's state API,
+    which this install (no dashboard) lacks. Unfreed, those CPUs/GPUs starve every later trial.
+    A group already removed by a run that ended normally is skipped.
+    """
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup, PlacementGroupID
+
+    for hex_id in ids:
+        try:
+            pg = PlacementGroup(PlacementGroupID.from_hex(hex_id))
+            if placement_group_table(pg).get("state") not in (None, "REMOVED"):
+                remove_placement_group(pg)
+        except Exception:  # gone already, or the cluster is shutting down
+            pass
 
 
 def _trial_error(trial) -> str:

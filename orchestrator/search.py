@@ -167,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
                 scheduler=scheduler, num_samples=remaining, metric=space.metric, mode=space.mode,
             ),
             run_config=tune.RunConfig(name=f"{space.name}-{plan_id}", storage_path=storage,
-                                      callbacks=[_PlanAlias(cb)], verbose=1),
+                                      callbacks=[_PlanAlias(cb)], verbose=0),
         )
         tuner.fit()
 

@@ -55,8 +55,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         with ckpt.as_directory() as d:
             trainer.load_state(Path(d))
     workdir = Path(tempfile.mkdtemp(prefix="mmemb-ckpt-"))
+    # Named in every report so a Tune driver can free it if it stops this trial (see launch.py).
+    pg = ray.util.get_current_placement_group()
+    pg_id = pg.id.hex() if pg is not None else ""
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
+        metrics = {**metrics, "placement_group": pg_id}
         if rank == 0:
             print(f"step {metrics['step']:>6d}/{trainer.total_steps}  loss {metrics['loss/total']:.4f}"
                   f"  STS-B dev {metrics['stsb_dev']:.2f}  (best {metrics['best_stsb_dev']:.2f})",
@@ -69,7 +73,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     final = trainer.fit(report, workdir)
     node = ray.get_runtime_context().get_node_id()  # where the run ended (multi-node checks)
-    metrics = {"step": trainer.step, FINAL_KEY: 1, "node_id": node, **final}
+    metrics = {"step": trainer.step, FINAL_KEY: 1, "node_id": node, "placement_group": pg_id,
+               **final}
     if rank == 0:
         out = workdir / "final"
         trainer.save_state(out)
