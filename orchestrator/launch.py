@@ -48,6 +48,7 @@ class Resources:
 
 def trial_fn(config: dict[str, Any]) -> None:
     """One Tune trial: launch the run's TorchTrainer and fail the trial when the run fails."""
+    import ray
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from trainables.config import RunConfig
@@ -61,7 +62,7 @@ def trial_fn(config: dict[str, Any]) -> None:
         run_torch_trainer(
             cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
             max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
-            reserved_cpus=TRIAL_DRIVER_CPU,
+            reserved_cpus=TRIAL_DRIVER_CPU, owner=ray.get_runtime_context().get_actor_id(),
         )
     except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
         raise TrialFailed(root_cause(e)) from None

@@ -25,6 +25,32 @@ FINAL_KEY = "final"
 """metric set to 1 on the last report, which carries the seven test scores"""
 
 
+def _stop_if_orphaned(owner: str | None) -> None:
+    """End this Train run when the Tune trial that launched it is gone (stopped by ASHA).
+
+    A stopped trial's process dies, but Train V2 keeps its controller retrying (the run's owner
+    is not watched without Ray's state API, absent in this install), so a zombie run would take
+    CPUs/GPUs from the next trials. The GCS actor table answers without the dashboard.
+    """
+    if not owner:
+        return
+    import ray
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    try:
+        dead = ray._private.state.actors(actor_id=owner).get("State") == "DEAD"
+    except Exception:  # private API moved: keep training rather than guess
+        return
+    if dead:
+        # Kill the controller, then free this run's placement group: it outlives its creator and
+        # would hold the CPUs/GPUs for the rest of the session. Removing it also ends this worker.
+        ray.kill(get_train_context().controller_actor, no_restart=True)
+        pg = ray.util.get_current_placement_group()
+        if pg is not None:
+            ray.util.remove_placement_group(pg)
+        raise SystemExit(f"the Tune trial {owner} that launched this run is gone; stopping")
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train worker entry: build the Trainer, resume from Ray's checkpoint, run, report."""
     import ray.train
@@ -36,6 +62,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     from trainables.loop import Trainer
 
     train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
+    owner = config.get("owner")
+    _stop_if_orphaned(owner)
     cfg = RunConfig.from_dict(config["run"])
     # Ray sets threads from the (fractional) CPU request; use the whole CPUs the trial asked for.
     import torch
@@ -60,6 +88,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     pg_id = pg.id.hex() if pg is not None else ""
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
+        _stop_if_orphaned(owner)
         metrics = {**metrics, "placement_group": pg_id}
         if rank == 0:
             print(f"step {metrics['step']:>6d}/{trainer.total_steps}  loss {metrics['loss/total']:.4f}"
@@ -87,12 +116,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: list | None = None,
                       max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0,
-                      reserved_cpus: float = 0.0):
+                      reserved_cpus: float = 0.0, owner: str | None = None):
     """Build and fit the TorchTrainer of one run; returns Ray's Result (raises on failure).
 
     ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several runs on one GPU (Ray's
     fractions are logical: size the runs to fit the GPU's memory). ``reserved_cpus`` is what the
-    caller (a Tune trial driver) already holds, taken out of the worker's request.
+    caller (a Tune trial driver) already holds, taken out of the worker's request; ``owner`` is
+    that trial's actor id, so the run ends itself if the trial is stopped.
     """
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -103,7 +133,7 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
     use_gpu = use_gpu and gpus > 0
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"run": cfg.to_dict(), "threads": max(1, round(cpus))},
+        train_loop_config={"run": cfg.to_dict(), "threads": max(1, round(cpus)), "owner": owner},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=use_gpu,
             resources_per_worker={"CPU": max(cpus - reserved_cpus, 0.01),
