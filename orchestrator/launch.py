@@ -99,6 +99,13 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
         def on_trial_start(self, iteration, trials, trial, **info):
             self._run(trial)
 
+        def on_step_end(self, iteration, trials, **info):
+            # Trials Tune stopped early (ASHA) end without on_trial_complete on some paths: free
+            # the placement groups of every trial that is over, whatever ended it.
+            for t in trials:
+                if t.status in ("TERMINATED", "ERROR") and t.trial_id in self.groups:
+                    free_placement_groups(self.groups.pop(t.trial_id))
+
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if result.get("placement_group"):
                 self.groups.setdefault(trial.trial_id, set()).add(result["placement_group"])

@@ -227,6 +227,9 @@ class _PlanAlias:
             def on_trial_start(self, iteration, trials, trial, **info):
                 inner.on_trial_start(iteration, trials, self._t(trial), **info)
 
+            def on_step_end(self, iteration, trials, **info):
+                inner.on_step_end(iteration, trials, **info)
+
             def on_trial_result(self, iteration, trials, trial, result, **info):
                 inner.on_trial_result(iteration, trials, self._t(trial), result, **info)
 
