@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from trainables.evaluation import STS_SUBSETS
+from trainables.filelock import file_lock
 
 VERSION = 1
 SLOTS = ("count", "attr", "subject", "action", "place")
@@ -321,6 +322,13 @@ def generate_demo(
     if _valid(corpus, cfg):
         return corpus
     cache.mkdir(parents=True, exist_ok=True)
+    with file_lock(cache / f".{root.name}.lock"):  # one builder; the others wait, then reuse
+        if not _valid(corpus, cfg):
+            _build_into(root, cfg, cache, corpus)
+    return corpus
+
+
+def _build_into(root: Path, cfg: dict, cache: Path, corpus: DemoCorpus) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=cache))
     try:
         _build(tmp, cfg)
@@ -328,12 +336,8 @@ def generate_demo(
         if root.exists():
             shutil.rmtree(root)  # stale or half-deleted copy with a non-matching manifest
         os.replace(tmp, root)
-    except OSError:
-        if not _valid(corpus, cfg):  # a concurrent process may have won the rename
-            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return corpus
 
 
 def _valid(corpus: DemoCorpus, cfg: dict) -> bool:

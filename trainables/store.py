@@ -36,6 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainables.filelock import file_lock
+
 FORMAT_VERSION = 1
 META_KEY = b"mmemb"
 STRING_COLUMNS = ("caption", "image_id")
@@ -237,47 +239,56 @@ def _feature_cache(
     root = cache_root(path, cache_dir)
     entry = root / f"{path.name}-{tag}-{st.st_size}-{st.st_mtime_ns}"
     if not (entry / "complete").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
-        try:
-            n = pf.metadata.num_rows
-            mats = {}
-            for c in names:
-                dim = pf.schema_arrow.field(c).type.list_size
-                mats[c] = np.lib.format.open_memmap(tmp / f"{c}.npy", "w+", np.float32, (n, dim))
-            row = 0
-            for rb in pf.iter_batches(batch_size=1 << 16, columns=names, use_threads=True):
-                for c in names:
-                    flat = rb.column(c).flatten().to_numpy(zero_copy_only=False)
-                    mats[c][row : row + rb.num_rows] = flat.reshape(rb.num_rows, -1)
-                row += rb.num_rows
-            if row != n:
-                raise StoreError(f"{path}: footer says {n} rows, data has {row}; re-create the store")
-            for m in mats.values():
-                m.flush()
-            del mats
-            pa.default_memory_pool().release_unused()  # give the decode buffers back
-            (tmp / "complete").touch()
-            try:
-                os.rename(tmp, entry)  # atomic; loses cleanly to a concurrent builder
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
-        except (pa.ArrowException, OSError) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise StoreError(
-                f"{path}: could not decode features ({str(exc).splitlines()[0]}); the file is "
-                "corrupt or the cache dir is full, re-create the store or set MMEMB_CACHE_DIR"
-            ) from None
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        # Stale entries of this store (older size/mtime); a reader still mapping one keeps it alive.
-        # Temp dirs of builders killed mid-way (an hour old) go too.
-        for old in [*root.glob(f"{path.name}-{tag}-*"), *root.glob(f".{path.name}-{tag}-*")]:
-            with contextlib.suppress(OSError):  # another process may be removing it too
-                stale = not old.name.startswith(".") or time.time() - old.stat().st_mtime > 3600
-                if old != entry and stale:
-                    shutil.rmtree(old, ignore_errors=True)
+        with file_lock(root / f".{path.name}-{tag}.lock"):  # one decoder per store at a time
+            if not (entry / "complete").is_file():
+                _decode_into(entry, root, path, pf, names, tag)
     return {c: np.load(entry / f"{c}.npy", mmap_mode="r") for c in names}
+
+
+def _decode_into(entry: Path, root: Path, path: Path, pf: pq.ParquetFile, names: list[str],
+                 tag: str) -> None:
+    """Build the decoded cache of ``path`` under ``entry`` (caller holds the lock)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+    try:
+        n = pf.metadata.num_rows
+        mats = {}
+        for c in names:
+            dim = pf.schema_arrow.field(c).type.list_size
+            mats[c] = np.lib.format.open_memmap(tmp / f"{c}.npy", "w+", np.float32, (n, dim))
+        row = 0
+        for rb in pf.iter_batches(batch_size=1 << 16, columns=names, use_threads=True):
+            for c in names:
+                flat = rb.column(c).flatten().to_numpy(zero_copy_only=False)
+                mats[c][row : row + rb.num_rows] = flat.reshape(rb.num_rows, -1)
+            row += rb.num_rows
+        if row != n:
+            raise StoreError(f"{path}: footer says {n} rows, data has {row}; re-create the store")
+        for m in mats.values():
+            m.flush()
+        del mats
+        pa.default_memory_pool().release_unused()  # give the decode buffers back
+        (tmp / "complete").touch()
+        try:
+            os.rename(tmp, entry)  # atomic; loses cleanly to a concurrent builder
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except (pa.ArrowException, OSError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StoreError(
+            f"{path}: could not decode features ({str(exc).splitlines()[0]}); the file is "
+            "corrupt or the cache dir is full, re-create the store or set MMEMB_CACHE_DIR"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # Stale entries of this store (older size/mtime); a reader still mapping one keeps it alive.
+    # Temp dirs of builders killed mid-way (an hour old) go too.
+    for old in [*root.glob(f"{path.name}-{tag}-*"), *root.glob(f".{path.name}-{tag}-*")]:
+        with contextlib.suppress(OSError):  # another process may be removing it too
+            stale = not old.name.startswith(".") or time.time() - old.stat().st_mtime > 3600
+            if old != entry and stale and not old.name.endswith(".lock"):
+                shutil.rmtree(old, ignore_errors=True)
+
 
 
 class FeatureStore:

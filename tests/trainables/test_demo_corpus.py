@@ -92,7 +92,23 @@ def test_cache_is_reused_and_keyed_by_settings(tmp_path, monkeypatch):
     first.manifest.write_text("{oops")
     again = generate_demo(tmp_path, n_scenes=20, n_text=30, n_dev=10, n_test=10, dim=16)
     assert json.loads(again.manifest.read_text())["n_text"] == 30
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.root.name, second.root.name])
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
+    assert left == sorted([first.root.name, second.root.name])  # lock files are the builders'
+
+def test_concurrent_builders_share_one_corpus(tmp_path):
+    """Two processes asking at once (DDP workers) get the same, intact corpus: one builds."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        roots = pool.starmap(_gen_root, [(str(tmp_path),)] * 2)
+    assert roots[0] == roots[1]
+    c = generate_demo(tmp_path, n_scenes=20, n_text=30, n_dev=10, n_test=10, dim=16)
+    assert c.pairs_store.is_file() and c.text_file.read_text()
+
+
+def _gen_root(path):
+    return str(generate_demo(path, n_scenes=20, n_text=30, n_dev=10, n_test=10, dim=16).root)
 
 
 def test_bad_settings():

@@ -51,13 +51,18 @@ def test_round_trip_batch_matches_input_rows(store, tmp_path):
     assert (fs.dim("image"), fs.dim("clip_text")) == (6, 4)
 
 
+def entries(cache):
+    """Cache entries and leftovers, without the builders' lock file (trainables.filelock)."""
+    return sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock"))
+
+
 def test_features_are_memory_mapped_and_cache_is_reused(store, tmp_path):
     path, *_ = store
     fs = FeatureStore(path, cache_dir=tmp_path / "cache")
     assert isinstance(fs.column("image"), np.memmap)
-    built = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    built = entries(tmp_path / "cache")
     FeatureStore(path, cache_dir=tmp_path / "cache")  # second open reuses the entry
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == built
+    assert entries(tmp_path / "cache") == built
     assert len(built) == 1 and not built[0].startswith(".")  # no temp dir left behind
 
 
@@ -143,7 +148,7 @@ def test_add_columns_appends_and_invalidates_cache(store, tmp_path):
     b = fs.batch(np.array([2, 9]))
     np.testing.assert_array_equal(b["teacher_simcse"], teacher[[2, 9]])
     np.testing.assert_array_equal(b["image"], cols["image"][[2, 9]])  # old columns intact
-    assert len(list(cache.iterdir())) == 1  # the stale cache entry was removed
+    assert len(entries(cache)) == 1  # the stale cache entry was removed
 
 
 def test_add_columns_refuses_duplicates_and_bad_rows(store):
@@ -163,5 +168,5 @@ def test_cache_dir_from_environment(store, tmp_path, monkeypatch):
     path, *_ = store
     monkeypatch.setenv("MMEMB_CACHE_DIR", str(tmp_path / "envcache"))
     FeatureStore(path)
-    assert len(list((tmp_path / "envcache").iterdir())) == 1
+    assert len(entries(tmp_path / "envcache")) == 1
     assert not (path.parent / ".mmemb-cache").exists()
