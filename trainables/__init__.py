@@ -1,0 +1,1 @@
+"""Training side of mmemb: objectives, student model, data, evaluation and the Ray Train loop."""
