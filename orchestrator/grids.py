@@ -287,7 +287,7 @@ def _get(name: str, kind: str) -> Any:
     mine, other = (grids, spaces) if kind == "grid" else (spaces, grids)
     if name not in mine:
         hint = f" ({name!r} is a {'search' if kind == 'grid' else 'grid'})" if name in other else ""
-        raise ValueError(f"unknown {kind} {name!r}{hint}; known {kind}s: {', '.join(mine) or 'none'}")
+        raise ValueError(f"unknown {kind} {name!r}{hint}; known {'searches' if kind == 'search' else 'grids'}: {', '.join(mine) or 'none'}")
     obj = mine[name].GRID if kind == "grid" else mine[name].SPACE
     if obj.name != name:
         raise ValueError(f"{PACKAGE}/{name}.py defines {kind} named {obj.name!r}; name it {name!r}")

@@ -11,6 +11,7 @@ package), checks the rendered page names the runs, and stops the server. What a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -66,11 +67,14 @@ def start_server(tracking_uri: str, port: int, log: Path) -> subprocess.Popen:
 
 
 def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=15)
     except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def check_ui(tracking_uri: str, out: Path, experiment: str = "mmemb") -> dict:

@@ -88,6 +88,8 @@ def _require(path: str | None, what: str, key: str) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
         raise FileNotFoundError(f"{what} not found at {p}; fix {key} or use --profile demo")
+    if p.is_dir() and key != "data.senteval":
+        raise ValueError(f"{what} {p} is a directory; set {key} to the file itself")
     return p
 
 

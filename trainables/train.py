@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides = load_yaml(args.config) if args.config else {}
         overrides.update(parse_cli_overrides(args.overrides))
         cfg = build_config(args.profile, args.method, overrides)
+        from trainables.data import check_dims, load_data
+
+        check_dims(cfg, load_data(cfg))  # bad data fails here, before Ray starts
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
