@@ -53,14 +53,7 @@ class PlannedSpace:
         plan = _plan(space, profile, dict(trial.params), seed, storage, cpus, gpus,
                      max_failures, "search")
         plan["key"] = f"search/{trial.number}"
-        return {"plan": plan}
-
-
-def search_trial_fn(config: dict[str, Any]) -> None:
-    """A search trial: its config holds Optuna's params and the plan template."""
-    from orchestrator.launch import trial_fn
-
-    trial_fn({"trial": config["plan"]})
+        return {"trial": plan}  # the same shape as a table's trials: one trial_fn serves both
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +98,13 @@ def _run(args: argparse.Namespace) -> int:
     from ray.tune.search.optuna import OptunaSearch
 
     from orchestrator.ablate import check_data
-    from orchestrator.launch import Resources, make_callback, run_trials
+    from orchestrator.launch import (
+        TRIAL_DRIVER_CPU,
+        Resources,
+        make_callback,
+        run_trials,
+        trial_fn,
+    )
     from orchestrator.outbox import Outbox
     from orchestrator.report import build_report
     from orchestrator.tracking import Tracker
@@ -161,13 +160,13 @@ def _run(args: argparse.Namespace) -> int:
 
         cb = make_callback(outbox, parent)
         tuner = tune.Tuner(
-            tune.with_resources(search_trial_fn, {"CPU": 0.01}),
+            tune.with_resources(trial_fn, {"CPU": TRIAL_DRIVER_CPU}),
             tune_config=tune.TuneConfig(
                 search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrency),
                 scheduler=scheduler, num_samples=remaining, metric=space.metric, mode=space.mode,
             ),
             run_config=tune.RunConfig(name=f"{space.name}-{plan_id}", storage_path=storage,
-                                      callbacks=[_PlanAlias(cb)], verbose=0),
+                                      callbacks=[cb], verbose=0),
         )
         tuner.fit()
 
@@ -210,36 +209,6 @@ def _run(args: argparse.Namespace) -> int:
     tracker.end(parent, "FINISHED" if ok else "FAILED")
     print("\n" + md + f"\n\nreport: {out}/report.md (also in MLflow run {parent})")
     return 0 if ok else 1
-
-
-class _PlanAlias:
-    """Adapts search trials (config['plan']) to the MLflow callback (config['trial'])."""
-
-    def __new__(cls, inner):
-        from ray.tune import Callback
-
-        class Alias(Callback):
-            def _t(self, trial):
-                if "trial" not in trial.config:
-                    trial.config["trial"] = trial.config["plan"]
-                return trial
-
-            def on_trial_start(self, iteration, trials, trial, **info):
-                inner.on_trial_start(iteration, trials, self._t(trial), **info)
-
-            def on_step_end(self, iteration, trials, **info):
-                inner.on_step_end(iteration, trials, **info)
-
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                inner.on_trial_result(iteration, trials, self._t(trial), result, **info)
-
-            def on_trial_complete(self, iteration, trials, trial, **info):
-                inner.on_trial_complete(iteration, trials, self._t(trial), **info)
-
-            def on_trial_error(self, iteration, trials, trial, **info):
-                inner.on_trial_error(iteration, trials, self._t(trial), **info)
-
-        return Alias()
 
 
 if __name__ == "__main__":
