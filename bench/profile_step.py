@@ -1,0 +1,77 @@
+"""Where one training step's time goes: torch.profiler over ``Trainer.train_step`` (our loop).
+
+Builds the same synthetic workspace and real ``Trainer`` as ``bench/train_step.py``, runs warm-up
+steps, then profiles a few and prints (1) wall time per step against the GPU's busy time per step
+(kernel time summed), which tells a launch-bound step from a GPU-bound one, and (2) the operators
+with the most self CPU time and the most device time.
+
+    python bench/profile_step.py --device cuda --method mcse --batch-size 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.train_step import (  # noqa: E402
+    METHODS,
+    POOL_ROWS,
+    BenchConfig,
+    SyntheticData,
+    _sync,
+    build_ours,
+    make_workspace,
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--method", choices=METHODS, default="mcse")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--rows", type=int, default=20, help="operators to list per table")
+    a = p.parse_args(argv)
+    bc = BenchConfig(device=a.device, tiny=a.tiny, methods=(a.method,), batch_sizes=(a.batch_size,),
+                     compile=a.compile)
+    device = torch.device(a.device)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        ws = make_workspace(Path(tmp), bc)
+        data = SyntheticData(ws, 64 if a.tiny else 768, bc.max_length, device, 0)
+        _student, step, _eval, _ckpt = build_ours(bc, ws, data, a.method, a.batch_size)
+        for _ in range(10):
+            step(rng.choice(POOL_ROWS, a.batch_size, replace=False))
+        batches = [rng.choice(POOL_ROWS, a.batch_size, replace=False) for _ in range(a.steps)]
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda" else [])
+        _sync(device)
+        with profile(activities=activities) as prof:
+            t0 = time.perf_counter()
+            for idx in batches:
+                step(idx)
+            _sync(device)
+            wall = (time.perf_counter() - t0) / a.steps
+    events = prof.key_averages()
+    busy = sum(e.self_device_time_total for e in events) / 1e3 / a.steps  # us -> ms
+    print(f"# {a.method} bs {a.batch_size} on {a.device}{' (compiled)' if a.compile else ''}, "
+          f"{a.steps} profiled steps")
+    print(f"wall per step (profiled): {wall * 1e3:.1f} ms; device busy per step: {busy:.1f} ms "
+          f"({100 * busy / (wall * 1e3):.0f}%)")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=a.rows))
+    if a.device == "cuda":
+        print(events.table(sort_by="self_cuda_time_total", row_limit=a.rows))
+
+
+if __name__ == "__main__":
+    main()
