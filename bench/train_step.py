@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (10 cuda, 1 cpu)")
     p.add_argument("--windows", type=int, default=None, help="timed windows (5 cuda, 3 cpu)")
     p.add_argument("--compile", action="store_true", help="torch.compile our encoder")
+    p.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS,
+                   help="time only these loops (ours alone: for packing runs)")
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
     a = p.parse_args(argv)
@@ -458,7 +460,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         bc = BenchConfig(
             device=a.device, tiny=a.tiny, methods=tuple(a.methods), batch_sizes=tuple(a.batch_sizes),
-            max_length=a.max_length, kind=a.kind, compile=a.compile, peak_tflops=a.peak_tflops,
+            max_length=a.max_length, kind=a.kind, compile=a.compile, peak_tflops=a.peak_tflops, loops=tuple(a.loops),
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
             windows=a.windows or (5 if gpu else 3))
     except ValueError as err:
