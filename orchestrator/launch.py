@@ -1,7 +1,7 @@
 """Runs a list of planned trials on Ray Tune, each trial one Ray Train run, logged to MLflow.
 
 Train V2 (Ray 2.60): a Tune trial is a light *driver* function that launches a TorchTrainer and
-forwards its reports with ``TuneReportCallback``; the trial holds 0.01 CPU and the Train workers
+forwards its reports with ``TuneReportCallback``; the trial holds no CPU and the Train workers
 hold the real CPUs/GPUs. Tune cannot see the workers' needs, so concurrency is capped from the
 cluster's resources (``max_concurrent``): that is what packs ``--gpus-per-trial 0.25`` runs four
 to a GPU.
@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.outbox import Outbox
+from orchestrator.placement import Reaper, free_placement_groups
 
-TRIAL_DRIVER_CPU = 0.01
-"""CPU held by each Tune trial's driver; taken out of the run's own worker request so that a
-trial costs exactly ``cpus_per_trial`` (2 trials of 1 CPU fit 2 CPUs, not 1)."""
+TRIAL_DRIVER_RESOURCES = {"CPU": 0, "memory": 1}
+"""What each Tune trial's driver holds: nothing that counts. A driver that held CPU (even 0.01)
+would let waiting drivers eat into the CPUs their own runs need: on a 1-CPU node that lost a
+neighbour, two drivers plus a 1-CPU run no longer fit, and the table deadlocks. Tune refuses an
+empty request, hence the one byte of memory."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def trial_fn(config: dict[str, Any]) -> None:
         run_torch_trainer(
             cfg, plan["train_name"], plan["storage"], callbacks=[TuneReportCallback()],
             max_failures=plan["max_failures"], cpus=plan["cpus"], gpus=plan["gpus"],
-            reserved_cpus=TRIAL_DRIVER_CPU, owner=ray.get_runtime_context().get_actor_id(),
+            owner=ray.get_runtime_context().get_actor_id(),
         )
     except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
         raise TrialFailed(root_cause(e)) from None
@@ -88,6 +91,7 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
         def __init__(self) -> None:
             self.runs: dict[str, str] = {}
             self.groups: dict[str, set[str]] = {}
+            self.reap = Reaper()
 
         def _run(self, trial) -> str:
             if trial.trial_id not in self.runs:  # once per trial, even across Tune retries
@@ -105,6 +109,11 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             for t in trials:
                 if t.status in ("TERMINATED", "ERROR") and t.trial_id in self.groups:
                     free_placement_groups(self.groups.pop(t.trial_id))
+            # A node that left took Train controllers with it; their groups would hold the
+            # surviving nodes' CPUs/GPUs forever and the rescheduled trials would never start.
+            if self.reap() and verbose:
+                print(f"  released {self.reap.freed} placement group(s) of Train runs whose "
+                      "controller died", flush=True)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if result.get("placement_group"):
@@ -140,26 +149,6 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             print(f"  FAILED {t['cell']} seed {t['seed']}: {reason}", flush=True)
 
     return MlflowTrials()
-
-
-def free_placement_groups(ids) -> None:
-    """Release the placement groups of a trial's Train run once the trial is over.
-
-    When Tune stops a trial early (ASHA), the trial's process dies with its Train controller,
-    but the controller's placement group lives on: Train's own cleaner needs Ray's state API,
-    which this install (no dashboard) lacks. Unfreed, those CPUs/GPUs starve every later trial.
-    A group already removed by a run that ended normally is skipped.
-    """
-    from ray.util import placement_group_table, remove_placement_group
-    from ray.util.placement_group import PlacementGroup, PlacementGroupID
-
-    for hex_id in ids:
-        try:
-            pg = PlacementGroup(PlacementGroupID.from_hex(hex_id))
-            if placement_group_table(pg).get("state") not in (None, "REMOVED"):
-                remove_placement_group(pg)
-        except Exception:  # gone already, or the cluster is shutting down
-            pass
 
 
 def _trial_error(trial) -> str:
@@ -213,7 +202,7 @@ def run_trials(plans: Sequence[dict[str, Any]], name: str, storage: str, resourc
 
     concurrency = resources.concurrency(ray.cluster_resources())
     tuner = tune.Tuner(
-        tune.with_resources(trial_fn, {"CPU": TRIAL_DRIVER_CPU}),
+        tune.with_resources(trial_fn, TRIAL_DRIVER_RESOURCES),
         param_space={"trial": tune.grid_search(list(plans))},
         tune_config=tune.TuneConfig(max_concurrent_trials=concurrency),
         run_config=tune.RunConfig(

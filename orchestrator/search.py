@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from orchestrator.ablate import check_data
     from orchestrator.launch import (
-        TRIAL_DRIVER_CPU,
+        TRIAL_DRIVER_RESOURCES,
         Resources,
         make_callback,
         run_trials,
@@ -160,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
 
         cb = make_callback(outbox, parent)
         tuner = tune.Tuner(
-            tune.with_resources(trial_fn, {"CPU": TRIAL_DRIVER_CPU}),
+            tune.with_resources(trial_fn, TRIAL_DRIVER_RESOURCES),
             tune_config=tune.TuneConfig(
                 search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrency),
                 scheduler=scheduler, num_samples=remaining, metric=space.metric, mode=space.mode,

@@ -101,9 +101,11 @@ def test_aws_node_types():
 
 
 def test_packed_runs_fit_the_small_worker():
-    """docs: 4 runs per GPU at the default 1 CPU each; a trial's driver CPU is taken out of its
-    run's worker request (orchestrator.launch.TRIAL_DRIVER_CPU), so a trial costs 1 CPU."""
-    from orchestrator.launch import Resources
+    """docs: 4 runs per GPU at the default 1 CPU each; a trial's driver holds no CPU
+    (orchestrator.launch.TRIAL_DRIVER_RESOURCES), so a trial costs exactly its run's 1 CPU."""
+    from orchestrator.launch import TRIAL_DRIVER_RESOURCES, Resources
+
+    assert TRIAL_DRIVER_RESOURCES.get("CPU", 0) == 0 and TRIAL_DRIVER_RESOURCES.get("GPU", 0) == 0
 
     res = raw(AWS)["available_node_types"]["gpu_small"]["resources"]
     assert Resources(1.0, 0.25).concurrency({"CPU": res["CPU"], "GPU": res["GPU"]}) == 4

@@ -116,13 +116,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: list | None = None,
                       max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0,
-                      reserved_cpus: float = 0.0, owner: str | None = None):
+                      owner: str | None = None):
     """Build and fit the TorchTrainer of one run; returns Ray's Result (raises on failure).
 
     ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several runs on one GPU (Ray's
-    fractions are logical: size the runs to fit the GPU's memory). ``reserved_cpus`` is what the
-    caller (a Tune trial driver) already holds, taken out of the worker's request; ``owner`` is
-    that trial's actor id, so the run ends itself if the trial is stopped.
+    fractions are logical: size the runs to fit the GPU's memory). ``owner`` is the calling Tune
+    trial's actor id, so the run ends itself if the trial is stopped.
     """
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -136,7 +135,7 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
         train_loop_config={"run": cfg.to_dict(), "threads": max(1, round(cpus)), "owner": owner},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=use_gpu,
-            resources_per_worker={"CPU": max(cpus - reserved_cpus, 0.01),
+            resources_per_worker={"CPU": cpus,
                                   **({"GPU": gpus} if use_gpu else {})},
         ),
         run_config=ray.train.RunConfig(

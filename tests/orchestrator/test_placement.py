@@ -1,0 +1,66 @@
+"""A placement group whose creating actor died is found and released; live and driver-made
+groups are left alone (the node-leaving deadlock of issue 6)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator.placement import Reaper, free_placement_groups, orphaned_groups
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=80 * 2**20)
+    yield ray
+    ray.shutdown()
+
+
+def _cpus(ray) -> float:
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def _eventually(cond, timeout=20.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_group_of_a_dead_actor_is_released(ray_local):
+    ray = ray_local
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    @ray.remote(num_cpus=0)
+    class Controller:  # stands in for Train's TrainController
+        def reserve(self) -> str:
+            pg = placement_group([{"CPU": 1}])
+            ray.get(pg.ready())
+            return pg.id.hex()
+
+    driver_pg = placement_group([{"CPU": 0.5}])  # like Tune's own trial groups
+    ray.get(driver_pg.ready())
+    ctl = Controller.remote()
+    mine = ray.get(ctl.reserve.remote())
+    assert _eventually(lambda: _cpus(ray) == pytest.approx(0.5))
+    assert orphaned_groups() == []  # its creator lives: not an orphan
+
+    ray.kill(ctl)
+    assert _eventually(lambda: orphaned_groups() == [mine]), orphaned_groups()
+    time.sleep(2)
+    assert _cpus(ray) == pytest.approx(0.5), "Ray released it itself: the reaper is not needed"
+
+    reap = Reaper(every_s=3600)
+    assert reap() == 1 and reap.freed == 1
+    assert reap() == 0  # rate-limited: the GCS is read at most every every_s
+    assert _eventually(lambda: _cpus(ray) == pytest.approx(1.5))
+    assert orphaned_groups() == []
+    free_placement_groups([mine, "00" * 18])  # already gone or unknown: no error
+    remove_placement_group(driver_pg)
+    assert _eventually(lambda: _cpus(ray) == pytest.approx(2.0))
