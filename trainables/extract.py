@@ -299,6 +299,25 @@ def init_ray(address: str | None = None) -> None:
     start(address, log_to_driver=False)
 
 
+def check_resources(cfg: ExtractConfig, cluster: dict[str, float]) -> None:
+    """Refuse an actor pool the cluster cannot hold: Ray Data would wait for it forever."""
+    for key, per, flag in (("CPU", cfg.num_cpus_per_actor, "--num-cpus-per-actor"),
+                           ("GPU", cfg.num_gpus_per_actor, "--num-gpus-per-actor")):
+        have = cluster.get(key, 0.0)
+        if per < 0:
+            raise ExtractError(f"{flag} {per:g} is negative; give 0 or more")
+        if per > have + 1e-9:
+            raise ExtractError(f"{flag} {per:g} but the Ray cluster has {have:g} {key}s; lower it"
+                               + (" or join a GPU cluster with --address" if key == "GPU" else ""))
+        if per > 0 and cfg.num_actors * per > have + 1e-9:
+            fit = int((have + 1e-9) // per)
+            raise ExtractError(f"--num-actors {cfg.num_actors} x {flag} {per:g} needs "
+                               f"{cfg.num_actors * per:g} {key}s but the Ray cluster has {have:g}; "
+                               f"use --num-actors {fit} or less")
+    if cfg.num_actors < 1:
+        raise ExtractError(f"--num-actors {cfg.num_actors}; give 1 or more")
+
+
 def _model_dim(model: str) -> int:
     from transformers import AutoConfig
 
@@ -313,6 +332,7 @@ def _model_dim(model: str) -> int:
 
 def run_extract(cfg: ExtractConfig) -> ExtractResult:
     """Run (or resume) the job; see the module docstring."""
+    import ray
     import ray.data
 
     pairs = read_pairs(cfg.pairs)
@@ -336,6 +356,7 @@ def run_extract(cfg: ExtractConfig) -> ExtractResult:
     computed = 0
     if items:
         init_ray()
+        check_resources(cfg, ray.cluster_resources())
         ray.data.DataContext.get_current().enable_progress_bars = cfg.progress
         ds = ray.data.from_items(items).map_batches(
             ClipEmbedder,

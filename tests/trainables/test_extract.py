@@ -237,3 +237,23 @@ def test_unreadable_image_names_file_and_row(ray_light, data, tiny_clip, tmp_pat
         run_extract(cfg)
     assert "\n" not in str(err.value)
     assert not cfg.out.exists()
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"num_gpus_per_actor": 8}, ["--num-gpus-per-actor 8", "has 0 GPUs", "--address"]),
+    ({"num_cpus_per_actor": 64}, ["--num-cpus-per-actor 64", "has 2 CPUs", "lower it"]),
+    ({"num_actors": 3}, ["--num-actors 3", "needs 3 CPUs", "use --num-actors 2"]),
+    ({"num_actors": 0}, ["--num-actors 0", "1 or more"]),
+    ({"num_cpus_per_actor": -1}, ["negative"]),
+])
+def test_impossible_actor_pool_is_refused(over, words, tmp_path):
+    from trainables.extract import ExtractConfig, ExtractError, check_resources
+
+    cfg = ExtractConfig(pairs=tmp_path / "p.csv", images=tmp_path, model="m",
+                        out=tmp_path / "o.parquet", **over)
+    with pytest.raises(ExtractError) as err:
+        check_resources(cfg, {"CPU": 2.0})
+    assert all(w in str(err.value) for w in words), str(err.value)
+    check_resources(ExtractConfig(pairs=tmp_path / "p.csv", images=tmp_path, model="m",
+                                  out=tmp_path / "o.parquet", num_actors=2,
+                                  num_gpus_per_actor=0.5), {"CPU": 2.0, "GPU": 1.0})
