@@ -26,6 +26,7 @@ from orchestrator.grids import Grid, expand, list_grids, load_grid
 def plan_trials(grid: Grid, profile: str | None, seeds: list[int] | None, storage: str,
                 cpus: float, gpus: float, max_failures: int) -> tuple[str, list[dict[str, Any]]]:
     """(plan id, one dict per trial) with every RunConfig built and validated."""
+    from orchestrator.launch import trial_plan
     from trainables.profiles import build_config, profile_overrides
 
     profile_name, _ = profile_overrides(profile)
@@ -35,13 +36,8 @@ def plan_trials(grid: Grid, profile: str | None, seeds: list[int] | None, storag
             cfg = build_config(profile, overrides=dict(t.overrides))
         except (ValueError, FileNotFoundError) as e:
             raise ValueError(f"grid {grid.name}, cell {t.cell!r}: {e}") from None
-        h = cfg.config_hash()
-        plans.append({
-            "key": t.key, "grid": grid.name, "cell": t.cell, "seed": t.seed,
-            "run": cfg.to_dict(), "config_hash": h, "run_name": f"{t.cell} | seed {t.seed}",
-            "train_name": f"{grid.name}-{h}", "storage": storage,
-            "max_failures": max_failures, "cpus": cpus, "gpus": gpus,
-        })
+        plans.append(trial_plan(cfg, grid.name, t.cell, storage, cpus, gpus, max_failures,
+                                key=t.key, run_name=f"{t.cell} | seed {t.seed}"))
     blob = json.dumps([profile_name, [(p["key"], p["config_hash"]) for p in plans]])
     return hashlib.sha256(blob.encode()).hexdigest()[:16], plans
 

@@ -49,6 +49,19 @@ class Resources:
         return max(1, min(fit, self.max_concurrent or fit))
 
 
+def trial_plan(cfg, grid: str, cell: str, storage: str, cpus: float, gpus: float,
+               max_failures: int, key: str | None = None, run_name: str | None = None
+               ) -> dict[str, Any]:
+    """The plan of one trial, as tables and searches both hand it to ``trial_fn`` (plain data:
+    Tune stores it in the experiment state, MLflow gets its fields as tags)."""
+    h = cfg.config_hash()
+    return {"key": key or f"{cell}/{h}", "grid": grid, "cell": cell, "seed": cfg.seed,
+            "run": cfg.to_dict(), "config_hash": h, "run_name": run_name or f"{cell} {h}",
+            # Stable per (grid, config): a resumed trial finds its Train run's checkpoints.
+            "train_name": f"{grid}-{h}", "storage": storage, "max_failures": max_failures,
+            "cpus": cpus, "gpus": gpus}
+
+
 def trial_fn(config: dict[str, Any]) -> None:
     """One Tune trial: launch the run's TorchTrainer and fail the trial when the run fails."""
     import ray

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator import tables
+from orchestrator import plots, tables
 from orchestrator.tracking import Tracker
 
 
@@ -57,7 +57,7 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any],
     (outdir / "report.md").write_text(md)
     (outdir / "report.csv").write_text(tables.to_csv(analysis))
     kind = spec["plot"] if spec["plot"] == "sweep" and spec["x"] else "bars"
-    tables.to_png(analysis, outdir / "report.png", kind=kind,
+    plots.to_png(analysis, outdir / "report.png", kind=kind,
                   x=spec["x"] if kind == "sweep" else None, xlabel=spec.get("xlabel"))
     for name in ("report.md", "report.csv", "report.png"):
         tracker.log_artifact_file(parent_id, outdir / name)

@@ -24,16 +24,13 @@ from orchestrator.grids import Cell, Grid, SearchSpace, list_spaces, load_space,
 
 def _plan(space: SearchSpace, profile: str | None, params: dict[str, Any], seed: int,
           storage: str, cpus: float, gpus: float, max_failures: int, tag: str) -> dict[str, Any]:
+    from orchestrator.launch import trial_plan
     from trainables.profiles import build_config
 
     sampled = params_to_overrides(space, params, profile=profile) if params else {}
     overrides = {**space.base, **sampled, "seed": seed}
     cfg = build_config(profile, overrides=overrides)
-    h = cfg.config_hash()
-    return {"key": f"{tag}/{h}", "grid": space.name, "cell": tag, "seed": seed,
-            "run": cfg.to_dict(), "config_hash": h, "run_name": f"{tag} {h}",
-            "train_name": f"{space.name}-{h}", "storage": storage, "max_failures": max_failures,
-            "cpus": cpus, "gpus": gpus}
+    return trial_plan(cfg, space.name, tag, storage, cpus, gpus, max_failures)
 
 
 class PlannedSpace:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from orchestrator.plots import to_png
 from orchestrator.stats import compare, holm
-from orchestrator.tables import STS_TASKS, analyze, to_csv, to_markdown, to_png
+from orchestrator.tables import STS_TASKS, analyze, to_csv, to_markdown
 
 SEEDS = (0, 1, 2, 3, 4)
 # Avg per seed. base: mean 72.0, std sqrt(2.5) = 1.58. better: +4 with the same spread, so
