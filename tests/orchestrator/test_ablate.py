@@ -8,22 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from orchestrator import ablate, report
 from orchestrator.tracking import Tracker
+from trainables.testing import write_tiny_profile
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_bert):
     d = tmp_path_factory.mktemp("ablate")
-    profile = {
-        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
-        "objective": {"teacher_weights": [1.0]},
-        "data": {"demo": True, "demo_dim": 32, "cache_dir": str(d / "cache")},
-        "batch_size": 8, "max_steps": 3, "eval_every": 3, "eval_batch_size": 64,
-    }
-    (d / "tiny.yaml").write_text(yaml.safe_dump(profile))
+    write_tiny_profile(d, tiny_bert, max_steps=3, eval_every=3)
     return d
 
 

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from orchestrator.tracking import Tracker
+from trainables.testing import write_tiny_profile
 
 pytestmark = pytest.mark.slow
 
@@ -178,13 +179,7 @@ def numbers(child) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def space(tmp_path_factory, tiny_bert) -> Path:
     d = tmp_path_factory.mktemp("resilience")
-    profile = {
-        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
-        "objective": {"teacher_weights": [1.0]},
-        "data": {"demo": True, "demo_dim": 32, "cache_dir": str(d / "cache")},
-        "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 64,
-    }
-    (d / "tiny.yaml").write_text(yaml.safe_dump(profile))
+    write_tiny_profile(d, tiny_bert)
     return d
 
 

@@ -6,10 +6,10 @@ import json
 
 import optuna
 import pytest
-import yaml
 
 from orchestrator import search
 from orchestrator.tracking import Tracker
+from trainables.testing import write_tiny_profile
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +19,7 @@ def run(tmp_path_factory, tiny_bert):
     from trainables.train import init_ray
 
     d = tmp_path_factory.mktemp("search")
-    (d / "tiny.yaml").write_text(yaml.safe_dump({
-        "encoder": str(tiny_bert), "data": {"demo": True, "demo_dim": 32,
-                                            "cache_dir": str(d / "cache")},
-        "batch_size": 8, "max_steps": 4, "eval_every": 2, "eval_batch_size": 64}))
+    write_tiny_profile(d, tiny_bert, max_steps=4, eval_every=2)
     argv = ["--space", "kdmcse_search", "--profile", str(d / "tiny.yaml"), "--num-samples", "2",
             "--confirm-seeds", "7", "8", "--storage", str(d / "runs"),
             "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"]
