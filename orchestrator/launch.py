@@ -117,16 +117,12 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             self._run(trial)
 
         def on_step_end(self, iteration, trials, **info):
-            # Trials Tune stopped early (ASHA) end without on_trial_complete on some paths: free
-            # the placement groups of every trial that is over, whatever ended it.
-            for t in trials:
-                if t.status in ("TERMINATED", "ERROR") and t.trial_id in self.groups:
-                    free_placement_groups(self.groups.pop(t.trial_id))
-            # A node that left took Train controllers with it; their groups would hold the
-            # surviving nodes' CPUs/GPUs forever and the rescheduled trials would never start.
+            # Runs whose controller died (a trial stopped by ASHA, a node that left) keep their
+            # placement groups; unreleased, they starve every later trial. Freeing a stopped
+            # trial's group directly would race its dying controller into asking for a new one.
             if self.reap() and verbose:
-                print(f"  released {self.reap.freed} placement group(s) of Train runs whose "
-                      "controller died", flush=True)
+                print(f"  released placement groups of stopped or lost runs ({self.reap.freed} "
+                      "so far)", flush=True)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if result.get("placement_group"):
@@ -140,12 +136,13 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             done, failed = states.count("TERMINATED"), states.count("ERROR")
             live = (f"[{done + failed}/{n} finished, {states.count('RUNNING')} running"
                     + (f", {failed} failed]" if failed else "]"))
+            name = t.get("label") or f"{t['cell']} seed {t['seed']}"
             if result.get("final"):
-                print(f"{live} done {t['cell']} seed {t['seed']}: "
+                print(f"{live} done {name}: "
                       f"avg {result.get('test/avg', float('nan')):.2f}  "
                       f"(best STS-B dev {result.get('best_stsb_dev', float('nan')):.2f})", flush=True)
             elif "stsb_dev" in result:
-                print(f"{live} {t['cell']} seed {t['seed']}: step {result.get('step')}  "
+                print(f"{live} {name}: step {result.get('step')}  "
                       f"STS-B dev {result['stsb_dev']:.2f}", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
@@ -159,7 +156,8 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             outbox.set_tag(run, "mmemb.error", reason)
             outbox.end(run, "FAILED")
             t = trial.config["trial"]
-            print(f"  FAILED {t['cell']} seed {t['seed']}: {reason}", flush=True)
+            name = t.get("label") or f"{t['cell']} seed {t['seed']}"
+            print(f"  FAILED {name}: {reason}", flush=True)
 
     return MlflowTrials()
 

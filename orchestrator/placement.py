@@ -6,12 +6,17 @@ trial early), and Train's own cleaner needs Ray's state API, which an install wi
 dashboard lacks. Unreleased, those CPUs/GPUs starve every later trial: the table hangs. The
 driver therefore releases (1) the groups of every trial that is over and (2) every group whose
 creating actor is dead.
+
+For (2) the group's own ``creator_actor_dead`` flag is not enough. When Tune stops a trial, the
+controller sees its worker group vanish and asks for a new group in the same instant that Tune
+kills it; that group is registered after its creator died and never gets the flag. So the
+creator's state is read from the actor table as well.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 NIL_ACTOR = b"\xff"
 """Groups made by a driver process (Tune's own trial groups) carry an all-0xFF creator id."""
@@ -31,29 +36,42 @@ def free_placement_groups(ids: Iterable[str]) -> None:
             pass
 
 
-def orphaned_groups() -> list[str]:
-    """Hex ids of live groups whose creating actor is dead.
+def _actor_state(actor_hex: str) -> str | None:
+    from ray._private.state import actors
 
-    Reads the GCS table raw: the public ``placement_group_table()`` leaves out the creator
-    fields. Returns [] where that private API is missing (another Ray version): the per-trial
-    release above still runs then.
-    """
-    try:
-        from ray._private.state import state
-        from ray.core.generated import gcs_pb2
+    return actors(actor_id=actor_hex).get("State") or None
 
-        rows = state._connect_and_get_accessor().get_placement_group_table()
-    except Exception:
-        return []
-    removed = gcs_pb2.PlacementGroupTableData.REMOVED
+
+def orphans_in(rows: Iterable[bytes], actor_state: Callable[[str], str | None]) -> list[str]:
+    """Hex ids of the live groups among ``rows`` (serialised GCS PlacementGroupTableData) whose
+    creating actor is dead: flagged so, or DEAD in the actor table. An unknown creator is kept."""
+    from ray.core.generated import gcs_pb2
+
     out = []
     for raw in rows:
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
         creator = bytes(pg.creator_actor_id)
-        if (pg.state != removed and pg.creator_actor_dead and creator
-                and set(creator) != set(NIL_ACTOR)):
+        if pg.state == gcs_pb2.PlacementGroupTableData.REMOVED or not creator \
+                or set(creator) == set(NIL_ACTOR):
+            continue
+        if pg.creator_actor_dead or actor_state(creator.hex()) == "DEAD":
             out.append(pg.placement_group_id.hex())
     return out
+
+
+def orphaned_groups() -> list[str]:
+    """Hex ids of live groups whose creating actor is dead, read from the GCS.
+
+    Private API (the public ``placement_group_table()`` leaves out the creator): where it is
+    missing (another Ray version) this returns [] and only the per-trial release runs.
+    """
+    try:
+        from ray._private.state import state
+
+        rows = state._connect_and_get_accessor().get_placement_group_table()
+        return orphans_in(rows, _actor_state)
+    except Exception:
+        return []
 
 
 class Reaper:

@@ -50,6 +50,7 @@ class PlannedSpace:
         plan = _plan(space, profile, dict(trial.params), seed, storage, cpus, gpus,
                      max_failures, "search")
         plan["key"] = f"search/{trial.number}"
+        plan["label"] = f"search trial {trial.number}"
         return {"trial": plan}  # the same shape as a table's trials: one trial_fn serves both
 
 
@@ -155,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
             time_attr="training_iteration", grace_period=1, reduction_factor=2,
         )
 
-        cb = make_callback(outbox, parent)
+        cb = make_callback(outbox, parent, total=remaining)
         tuner = tune.Tuner(
             tune.with_resources(trial_fn, TRIAL_DRIVER_RESOURCES),
             tune_config=tune.TuneConfig(

@@ -64,3 +64,30 @@ def test_group_of_a_dead_actor_is_released(ray_local):
     free_placement_groups([mine, "00" * 18])  # already gone or unknown: no error
     remove_placement_group(driver_pg)
     assert _eventually(lambda: _cpus(ray) == pytest.approx(2.0))
+
+
+def _row(pg_id: bytes, creator: bytes, state: str = "CREATED", flagged: bool = False) -> bytes:
+    from ray.core.generated import gcs_pb2
+
+    row = gcs_pb2.PlacementGroupTableData(
+        placement_group_id=pg_id, creator_actor_id=creator, creator_actor_dead=flagged,
+        state=gcs_pb2.PlacementGroupTableData.PlacementGroupState.Value(state))
+    return row.SerializeToString()
+
+
+def test_group_registered_after_its_creator_died_is_an_orphan():
+    """Seen in a search: Tune kills a stopped trial's controller while the controller, seeing its
+    worker group vanish, asks for a new group; that group never gets creator_actor_dead."""
+    from orchestrator.placement import orphans_in
+
+    dead, alive, nil = b"\x01" * 16, b"\x02" * 16, b"\xff" * 16
+    rows = [
+        _row(b"\xa1" * 18, dead),                       # flag unset, actor table says DEAD
+        _row(b"\xa2" * 18, alive, flagged=False),       # a running run: kept
+        _row(b"\xa3" * 18, nil),                        # a driver's (Tune's) group: kept
+        _row(b"\xa4" * 18, alive, flagged=True),        # flagged dead by the GCS
+        _row(b"\xa5" * 18, dead, state="REMOVED"),      # already gone
+        _row(b"\xa6" * 18, b"\x03" * 16),               # creator unknown to the table: kept
+    ]
+    states = {dead.hex(): "DEAD", alive.hex(): "ALIVE"}
+    assert orphans_in(rows, states.get) == [(b"\xa1" * 18).hex(), (b"\xa4" * 18).hex()]
