@@ -142,9 +142,9 @@ def _run(args: argparse.Namespace) -> int:
     outbox = Outbox(tracker, Path(storage if "://" not in storage else "runs").resolve()
                     / f"mlflow-outbox-{plan_id}.jsonl")
     if todo:
+        cb = make_callback(outbox, parent, tracker.unfinished_trials(parent), total=len(todo))
         run_trials(todo, name=f"{grid.name}-{plan_id}", storage=storage, resources=resources,
-                   max_failures=args.max_failures, callbacks=[make_callback(outbox, parent, tracker.unfinished_trials(parent),
-                                             total=len(todo))])
+                   max_failures=args.max_failures, callbacks=[cb])
     if outbox.offline:
         print(f"\nMLflow stopped answering during the table; {outbox.kept} results are kept in "
               f"{outbox.journal}.\nWhen it is back, upload them with:\n  {outbox.upload_command()}"

@@ -82,6 +82,33 @@ def trial_fn(config: dict[str, Any]) -> None:
         )
     except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
         raise TrialFailed(root_cause(e)) from None
+    _forward_pending_reports()
+
+
+def _forward_pending_reports() -> None:
+    """Hand Tune the reports still waiting in TuneReportCallback's queue.
+
+    The run's last report (the test scores) can still sit in that queue when fit() returns, and
+    Tune ends the trial without reading it: a finished run then shows up as a missing seed.
+    """
+    from queue import Empty
+
+    from ray import tune
+    from ray.train._internal.session import get_session
+
+    try:
+        q = get_session()._get_or_create_inter_actor_queue()
+    except Exception:  # another Ray version: nothing to drain
+        return
+    while True:
+        try:
+            item = q.get(block=False)
+        except Empty:
+            return
+        except Exception:  # the queue actor is gone
+            return
+        if item:
+            tune.report(item)
 
 
 class TrialFailed(RuntimeError):

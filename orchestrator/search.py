@@ -199,8 +199,9 @@ def _run(args: argparse.Namespace) -> int:
     todo = [pl for pl in plans if pl["key"] not in doneconf]
     if todo:
         print(f"confirming on seeds {list(grid.seeds)}: {len(todo)} runs")
+        cb = make_callback(outbox, parent, tracker.unfinished_trials(parent), total=len(todo))
         run_trials(todo, name=f"{space.name}-{plan_id}-confirm", storage=storage,
-                   resources=resources, callbacks=[make_callback(outbox, parent)])
+                   resources=resources, max_failures=args.max_failures, callbacks=[cb])
     out = Path(tempfile.mkdtemp(prefix=f"mmemb-{space.name}-"))
     analysis, md = build_report(tracker, parent, spec, out)
     ok = all(s.complete for s in analysis.status.values())

@@ -171,6 +171,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    # Tune's new console output prints its config box and a TensorBoard hint even at verbose=0;
+    # the legacy reporter honours it, and our callback prints the live view.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     if ray.is_initialized():
         return
     # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
