@@ -173,8 +173,20 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
                       f"STS-B dev {result['stsb_dev']:.2f}", flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            free_placement_groups(self.groups.pop(trial.trial_id, ()))
-            outbox.end(self._run(trial), "FINISHED")
+            groups = self.groups.pop(trial.trial_id, ())
+            run = self._run(trial)
+            last = trial.last_result or {}
+            if last.get("final"):  # the run ended itself; its controller is done with the group
+                free_placement_groups(groups)
+            else:  # stopped by the scheduler (ASHA): the reaper frees its group
+                step = last.get("step", 0)
+                outbox.set_tag(run, "mmemb.stopped", f"stopped early at step {step}")
+                if verbose:
+                    t = trial.config["trial"]
+                    name = t.get("label") or f"{t['cell']} seed {t['seed']}"
+                    print(f"  stopped {name} at step {step} (below the others' STS-B dev)",
+                          flush=True)
+            outbox.end(run, "FINISHED")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             free_placement_groups(self.groups.pop(trial.trial_id, ()))

@@ -114,13 +114,15 @@ def _check_dims(meta: StoreMetadata, dims: Mapping[str, int], source: str) -> No
     if dims["image"] != meta.image_dim:
         raise StoreError(
             f"{source}: column 'image' has dim {dims['image']} but metadata image_dim is "
-            f"{meta.image_dim}; fix StoreMetadata.image_dim"
+            f"{meta.image_dim}; re-create the store (python -m trainables.convert) with "
+            "StoreMetadata.image_dim equal to the CLIP model's projection size"
         )
     if "clip_text" in dims:
         if meta.text_dim != dims["clip_text"] or meta.text_teacher is None:
             raise StoreError(
                 f"{source}: column 'clip_text' has dim {dims['clip_text']} but metadata says "
-                f"text_teacher={meta.text_teacher!r}, text_dim={meta.text_dim}; fix StoreMetadata"
+                f"text_teacher={meta.text_teacher!r}, text_dim={meta.text_dim}; re-create the store "
+                "(python -m trainables.convert) with matching StoreMetadata.text_dim"
             )
     elif meta.text_dim is not None or meta.text_teacher is not None:
         raise StoreError(

@@ -40,6 +40,11 @@ def test_search_then_confirmation_on_fresh_seeds(run):
     assert cells.count("MCSE") == 2 and cells.count("best of kdmcse_search") == 2
     assert {c.data.tags["mmemb.seed"] for c in kids if c.data.tags["mmemb.cell"] != "search"} \
         == {"7", "8"}  # fresh seeds, not the search's
+    # every child ends FINISHED: with its test scores, or tagged as stopped early by ASHA
+    for c in kids:
+        assert c.info.status == "FINISHED"
+        assert ("test/avg" in c.data.metrics) != ("mmemb.stopped" in c.data.tags), c.data.tags
+    assert all("test/avg" in c.data.metrics for c in kids if c.data.tags["mmemb.cell"] != "search")
     best = json.loads(tr.load_artifact_text(parent.info.run_id, "best.json"))
     assert best["overrides"]["objective.method"] == "kdmcse"
     assert 0.025 <= best["params"]["objective.grounding_margin"] <= 0.225
