@@ -252,6 +252,17 @@ def _footnote(a: TableAnalysis) -> str:
     return text
 
 
+def identical_cells(a: TableAnalysis) -> list[tuple[str, ...]]:
+    """Groups of complete cells whose every (seed, column) value is equal: worth a warning, since
+    it usually means a short run, and otherwise a setting that never reached the model."""
+    groups: dict[tuple, list[str]] = {}
+    for cell in a.cells:
+        if a.status[cell].complete:
+            key = tuple(tuple(sorted(a.entries[(cell, m)].values.items())) for m in a.columns)
+            groups.setdefault(key, []).append(cell)
+    return [tuple(g) for g in groups.values() if len(g) > 1]
+
+
 def to_markdown(a: TableAnalysis) -> str:
     """The paper-shaped table, then per-cell statistics, parity, and the footnote."""
     heads = [label(m) for m in a.columns]
@@ -272,6 +283,12 @@ def to_markdown(a: TableAnalysis) -> str:
     problems += [f"- {c}: extra seeds {list(s.extra_seeds)} ignored" for c, s in a.status.items() if s.extra_seeds]
     if problems:
         out += ["Incomplete or extra results:", *problems, ""]
+    same = identical_cells(a)
+    if same:
+        out += ["Identical results (every seed, every column): "
+                + "; ".join(" = ".join(group) for group in same)
+                + ". The settings that differ changed no score at this run length (a ranking "
+                "statistic ignores tiny weight changes); a longer run may separate them.", ""]
 
     out += [f"#### Statistics vs {a.baseline}", ""]
     out += ["| cell | metric | Δ | Student p | Welch p | paired p | Holm p | g | 95% CI |",

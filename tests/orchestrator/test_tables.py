@@ -235,3 +235,13 @@ def test_png_bars_and_sweep(tmp_path):
         to_png(a, tmp_path / "s.png", kind="pie")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         to_png(a, tmp_path / "no" / "s.png")
+
+
+def test_identical_cells_are_named():
+    res = _results()
+    res["copy"] = {s: dict(v) for s, v in res["better"].items()}
+    md = to_markdown(_analysis(res))
+    assert "Identical results (every seed, every column): better = copy." in md
+    res["copy"][4]["STS12"] += 1e-9  # any difference at all: no warning
+    assert "Identical results" not in to_markdown(_analysis(res))
+    assert "Identical results" not in to_markdown(_analysis())
