@@ -93,6 +93,8 @@ class BenchConfig:
     eval_pairs: tuple[int, int, int] = STSB_PAIRS
     compile: bool = False
     """torch.compile our student's encoder (in place; the official-style loop never compiles)"""
+    compile_mode: str = "default"
+    """torch.compile mode: 'default', or 'reduce-overhead' (CUDA graphs: fewer launches)"""
     peak_tflops: float | None = None
     loops: tuple[str, ...] = LOOPS
     seed: int = 0
@@ -193,7 +195,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str,
     with mock.patch.object(loop_mod, "load_data", lambda _cfg: data):
         trainer = loop_mod.Trainer(cfg, device=bc.device)
     if bc.compile:
-        trainer.student.encoder.compile()  # in place: state_dict keys and evaluate_dev unchanged
+        trainer.student.encoder.compile(mode=bc.compile_mode)  # in place: state_dict keys and evaluate_dev unchanged
     trainer.student.train()
 
     def checkpoint() -> None:  # what Trainer._eval_and_report writes at every evaluation
@@ -447,6 +449,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (10 cuda, 1 cpu)")
     p.add_argument("--windows", type=int, default=None, help="timed windows (5 cuda, 3 cpu)")
     p.add_argument("--compile", action="store_true", help="torch.compile our encoder")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile mode (reduce-overhead: CUDA graphs)")
     p.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS,
                    help="time only these loops (ours alone: for packing runs)")
     p.add_argument("--peak-tflops", type=float, default=None)
@@ -460,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         bc = BenchConfig(
             device=a.device, tiny=a.tiny, methods=tuple(a.methods), batch_sizes=tuple(a.batch_sizes),
-            max_length=a.max_length, kind=a.kind, compile=a.compile, peak_tflops=a.peak_tflops, loops=tuple(a.loops),
+            max_length=a.max_length, kind=a.kind, compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops, loops=tuple(a.loops),
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
             windows=a.windows or (5 if gpu else 3))
     except ValueError as err:
