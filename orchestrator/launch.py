@@ -50,12 +50,14 @@ class Resources:
 
 
 def trial_plan(cfg, grid: str, cell: str, storage: str, cpus: float, gpus: float,
-               max_failures: int, key: str | None = None, run_name: str | None = None
-               ) -> dict[str, Any]:
+               max_failures: int, key: str | None = None, run_name: str | None = None,
+               label: str | None = None) -> dict[str, Any]:
     """The plan of one trial, as tables and searches both hand it to ``trial_fn`` (plain data:
-    Tune stores it in the experiment state, MLflow gets its fields as tags)."""
+    Tune stores it in the experiment state, MLflow gets its fields as tags). ``label`` names the
+    trial in the live view."""
     h = cfg.config_hash()
     return {"key": key or f"{cell}/{h}", "grid": grid, "cell": cell, "seed": cfg.seed,
+            "label": label or f"{cell} seed {cfg.seed}",
             "run": cfg.to_dict(), "config_hash": h, "run_name": run_name or f"{cell} {h}",
             # Stable per (grid, config): a resumed trial finds its Train run's checkpoints.
             "train_name": f"{grid}-{h}", "storage": storage, "max_failures": max_failures,
@@ -91,8 +93,6 @@ def _forward_pending_reports() -> None:
     The run's last report (the test scores) can still sit in that queue when fit() returns, and
     Tune ends the trial without reading it: a finished run then shows up as a missing seed.
     """
-    from queue import Empty
-
     from ray import tune
     from ray.train._internal.session import get_session
 
@@ -103,9 +103,7 @@ def _forward_pending_reports() -> None:
     while True:
         try:
             item = q.get(block=False)
-        except Empty:
-            return
-        except Exception:  # the queue actor is gone
+        except Exception:  # Empty, or the queue actor is gone
             return
         if item:
             tune.report(item)
@@ -157,13 +155,12 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             outbox.log_result(self._run(trial), result)
             if not verbose:
                 return
-            t = trial.config["trial"]
+            name = trial.config["trial"]["label"]
             states = [x.status for x in trials]
             n = total or len(states)
             done, failed = states.count("TERMINATED"), states.count("ERROR")
             live = (f"[{done + failed}/{n} finished, {states.count('RUNNING')} running"
                     + (f", {failed} failed]" if failed else "]"))
-            name = t.get("label") or f"{t['cell']} seed {t['seed']}"
             if result.get("final"):
                 print(f"{live} done {name}: "
                       f"avg {result.get('test/avg', float('nan')):.2f}  "
@@ -182,8 +179,7 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
                 step = last.get("step", 0)
                 outbox.set_tag(run, "mmemb.stopped", f"stopped early at step {step}")
                 if verbose:
-                    t = trial.config["trial"]
-                    name = t.get("label") or f"{t['cell']} seed {t['seed']}"
+                    name = trial.config["trial"]["label"]
                     print(f"  stopped {name} at step {step} (below the others' STS-B dev)",
                           flush=True)
             outbox.end(run, "FINISHED")
@@ -194,9 +190,7 @@ def make_callback(outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | Non
             reason = _trial_error(trial)
             outbox.set_tag(run, "mmemb.error", reason)
             outbox.end(run, "FAILED")
-            t = trial.config["trial"]
-            name = t.get("label") or f"{t['cell']} seed {t['seed']}"
-            print(f"  FAILED {name}: {reason}", flush=True)
+            print(f"  FAILED {trial.config['trial']['label']}: {reason}", flush=True)
 
     return MlflowTrials()
 

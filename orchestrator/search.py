@@ -49,8 +49,7 @@ class PlannedSpace:
         space.define(trial)  # the suggestions are recorded on the trial
         plan = _plan(space, profile, dict(trial.params), seed, storage, cpus, gpus,
                      max_failures, "search")
-        plan["key"] = f"search/{trial.number}"
-        plan["label"] = f"search trial {trial.number}"
+        plan["key"], plan["label"] = f"search/{trial.number}", f"search trial {trial.number}"
         return {"trial": plan}  # the same shape as a table's trials: one trial_fn serves both
 
 

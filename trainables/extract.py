@@ -301,6 +301,8 @@ def init_ray(address: str | None = None) -> None:
 
 def check_resources(cfg: ExtractConfig, cluster: dict[str, float]) -> None:
     """Refuse an actor pool the cluster cannot hold: Ray Data would wait for it forever."""
+    if cfg.num_actors < 1:
+        raise ExtractError(f"--num-actors {cfg.num_actors}; give 1 or more")
     for key, per, flag in (("CPU", cfg.num_cpus_per_actor, "--num-cpus-per-actor"),
                            ("GPU", cfg.num_gpus_per_actor, "--num-gpus-per-actor")):
         have = cluster.get(key, 0.0)
@@ -314,8 +316,6 @@ def check_resources(cfg: ExtractConfig, cluster: dict[str, float]) -> None:
             raise ExtractError(f"--num-actors {cfg.num_actors} x {flag} {per:g} needs "
                                f"{cfg.num_actors * per:g} {key}s but the Ray cluster has {have:g}; "
                                f"use --num-actors {fit} or less")
-    if cfg.num_actors < 1:
-        raise ExtractError(f"--num-actors {cfg.num_actors}; give 1 or more")
 
 
 def _model_dim(model: str) -> int:

@@ -298,23 +298,16 @@ def _orphaned_groups() -> list[tuple[str, str]]:
 
 def _unblock(table: Table, timeout: float = 240) -> str:
     """Diagnosis only: remove groups whose creating actor is dead; does the table then finish?"""
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from orchestrator.placement import free_placement_groups, orphaned_groups
 
-    dead = [(i, d) for i, d in _orphaned_groups() if "creator_actor_dead=True" in d]
-    for pg_id, _ in dead:
-        remove_placement_group(PlacementGroup(ray_id(pg_id)))
+    dead = orphaned_groups()
+    free_placement_groups(dead)
     try:
         rc = table.proc.wait(timeout)
     except subprocess.TimeoutExpired:
         return f"removing {len(dead)} orphaned group(s) did not unblock it"
-    return f"removing orphaned group(s) {[d for _, d in dead]} unblocked it: exit {rc} " \
+    return f"removing orphaned group(s) {[d[:8] for d in dead]} unblocked it: exit {rc} " \
         f"{time.time() - table.t0:.0f} s after start"
-
-
-def ray_id(hex_id: str):
-    import ray
-
-    return ray.PlacementGroupID(bytes.fromhex(hex_id))
 
 
 @pytest.mark.parametrize("phase", ["training", "startup"])
