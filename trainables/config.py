@@ -99,6 +99,10 @@ class RunConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
         return RunConfig().with_overrides(flatten(d))
 
+    def resolved(self) -> RunConfig:
+        """This config with the objective's method defaults filled in (idempotent)."""
+        return dataclasses.replace(self, objective=self.objective.resolved())
+
     # --- overrides ------------------------------------------------------------------------
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
         """Apply ``{"a.b": value}`` overrides; unknown keys and wrong types raise one clear line."""

@@ -36,8 +36,6 @@ class TrainingData:
     pairs: FeatureStore | None
     senteval_dir: Path
     image_column: str
-    teacher_columns: tuple[str, ...]
-    """store columns of precomputed text-teacher [CLS] embeddings to read with each pair batch"""
 
     @property
     def n_text(self) -> int:
@@ -58,8 +56,11 @@ class TrainingData:
         return self.pairs.dim("clip_text")
 
     def batch(
-        self, kind: str, indices: np.ndarray, tokenize: Tokenize, device: torch.device
+        self, kind: str, indices: np.ndarray, tokenize: Tokenize, device: torch.device,
+        teacher_columns: tuple[str, ...] = (),
     ) -> Batch:
+        """``teacher_columns``: store columns of precomputed text-teacher [CLS] embeddings to
+        read with a pair batch (a member whose teachers were precomputed)."""
         if kind == "text":
             assert self.text is not None
             enc = tokenize(self.text.get(indices))
@@ -78,7 +79,7 @@ class TrainingData:
             kind, enc["input_ids"].to(device, non_blocking=True),
             enc["attention_mask"].to(device, non_blocking=True),
             image=feat(self.image_column), clip_text=clip_text,
-            text_teachers=tuple(feat(c) for c in self.teacher_columns),
+            text_teachers=tuple(feat(c) for c in teacher_columns),
         )
 
 
@@ -115,8 +116,7 @@ def load_data(cfg: RunConfig) -> TrainingData:
             f"store {pairs_path} has no feature column {d.image_column!r} "
             f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
         )
-    # The trainer switches to stored text-teacher columns when they match its teachers.
-    return TrainingData(text, pairs, Path(senteval), d.image_column, ())
+    return TrainingData(text, pairs, Path(senteval), d.image_column)
 
 
 def check_dims(cfg: RunConfig, data: TrainingData) -> None:

@@ -162,22 +162,27 @@ def _as_numpy(x: Any) -> np.ndarray:
 def encode_unique(
     encode: Callable[[list[str]], Any], sentences: Sequence[str], batch_size: int = 128
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Encode each distinct sentence once, in length-sorted batches -> (embeddings, row of each)."""
+    """Encode each distinct sentence once, in length-sorted batches -> (embeddings, row of each).
+
+    ``encode`` returns (n, dim) for one model, or (M, n, dim) for M members of an array; the
+    embeddings are then (n_unique, dim) or (M, n_unique, dim).
+    """
     uniq = sorted(set(sentences), key=lambda s: (len(s), s))  # similar lengths -> little padding
-    chunks, dim = [], None
+    chunks, shape = [], None
     for start in range(0, len(uniq), batch_size):
         batch = uniq[start : start + batch_size]
         emb = _as_numpy(encode(list(batch)))
-        if emb.ndim != 2 or emb.shape[0] != len(batch) or (dim is not None and emb.shape[1] != dim):
+        ok = emb.ndim in (2, 3) and emb.shape[-2] == len(batch)
+        if not ok or (shape is not None and (emb.ndim, emb.shape[:-2], emb.shape[-1]) != shape):
             raise ValueError(
                 f"encode returned shape {emb.shape} for {len(batch)} sentences; it must return a "
-                f"2-D (n_sentences, dim) array{'' if dim is None else f' with dim {dim}'}"
+                "2-D (n_sentences, dim) array, or (members, n_sentences, dim), the same every call"
             )
-        dim = emb.shape[1]
+        shape = (emb.ndim, emb.shape[:-2], emb.shape[-1])
         chunks.append(emb.astype(np.float64))
     if not chunks:
         return np.zeros((0, 0)), {}
-    return np.concatenate(chunks), {s: i for i, s in enumerate(uniq)}
+    return np.concatenate(chunks, axis=-2), {s: i for i, s in enumerate(uniq)}
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -234,26 +239,10 @@ def alignment_uniformity(
     return float(np.mean(aligns)), float(np.mean(unifs))
 
 
-def evaluate_sts(
-    encode: Callable[[list[str]], Any],
-    data_dir: str | Path,
-    tasks: Sequence[str] = ALL_TASKS,
-    batch_size: int = 128,
-    align_mode: str | None = "mcse",
-) -> dict[str, float | str]:
-    """Score ``encode`` (list[str] -> 2-D array or tensor) on the STS tasks, Spearman x 100.
-
-    Keys: each task in ``tasks`` ("all" Spearman for STS12-16, test split for STS-B and SICK-R),
-    "<task>/<subset>" for the STS12-16 subsets, "avg" (mean of the tasks run; the papers' Avg. when
-    all seven are run) and "primary_metric" = "avg". When STS-B is run: "STSBenchmark_dev" and,
-    unless ``align_mode`` is None, "alignment" / "uniformity" on STS-B dev ('mcse' or 'dalr').
-    """
+def _load_sets(data_dir: str | Path, tasks: Sequence[str]) -> dict[str, list[PairSet]]:
     unknown = [t for t in tasks if t not in ALL_TASKS]
     if unknown or not tasks:
         raise ValueError(f"unknown STS task(s) {unknown or tasks!r}; choose from {ALL_TASKS}")
-    if align_mode not in (None, "mcse", "dalr"):
-        raise ValueError(f"align_mode {align_mode!r} unknown; use 'mcse', 'dalr' or None")
-    # Load (and validate) everything before encoding anything.
     sets: dict[str, list[PairSet]] = {}
     for task in tasks:
         if task in STS_SUBSETS:
@@ -263,9 +252,11 @@ def evaluate_sts(
             sets["STSBenchmark_dev"] = [load_stsb(data_dir, "dev")]
         else:
             sets[task] = [load_sick(data_dir)]
-    every = [s for group in sets.values() for ps in group for s in (*ps.sent1, *ps.sent2)]
-    emb, row = encode_unique(encode, every, batch_size)
+    return sets
 
+
+def _score(emb: np.ndarray, row: dict[str, int], sets: dict[str, list[PairSet]],
+           tasks: Sequence[str], align_mode: str | None) -> dict[str, float | str]:
     def pair_emb(ps: PairSet) -> tuple[np.ndarray, np.ndarray]:
         return emb[[row[s] for s in ps.sent1]], emb[[row[s] for s in ps.sent2]]
 
@@ -287,6 +278,49 @@ def evaluate_sts(
     out["avg"] = float(np.mean([out[t] for t in tasks]))
     out["primary_metric"] = "avg"
     return out
+
+
+def evaluate_sts_many(
+    encode: Callable[[list[str]], Any],
+    data_dir: str | Path,
+    tasks: Sequence[str] = ALL_TASKS,
+    batch_size: int = 128,
+    align_mode: str | None = "mcse",
+) -> list[dict[str, float | str]]:
+    """``evaluate_sts`` for the M members of an array at once: ``encode`` returns (M, n, dim)
+    and every sentence is encoded once for all members. One result dict per member."""
+    if align_mode not in (None, "mcse", "dalr"):
+        raise ValueError(f"align_mode {align_mode!r} unknown; use 'mcse', 'dalr' or None")
+    sets = _load_sets(data_dir, tasks)  # load (and validate) everything before encoding anything
+    every = [s for group in sets.values() for ps in group for s in (*ps.sent1, *ps.sent2)]
+    emb, row = encode_unique(encode, every, batch_size)
+    if emb.ndim != 3:
+        raise ValueError(f"encode must return (members, n_sentences, dim), got {emb.shape[1:]} rows")
+    return [_score(e, row, sets, tasks, align_mode) for e in emb]
+
+
+def evaluate_sts(
+    encode: Callable[[list[str]], Any],
+    data_dir: str | Path,
+    tasks: Sequence[str] = ALL_TASKS,
+    batch_size: int = 128,
+    align_mode: str | None = "mcse",
+) -> dict[str, float | str]:
+    """Score ``encode`` (list[str] -> 2-D array or tensor) on the STS tasks, Spearman x 100.
+
+    Keys: each task in ``tasks`` ("all" Spearman for STS12-16, test split for STS-B and SICK-R),
+    "<task>/<subset>" for the STS12-16 subsets, "avg" (mean of the tasks run; the papers' Avg. when
+    all seven are run) and "primary_metric" = "avg". When STS-B is run: "STSBenchmark_dev" and,
+    unless ``align_mode`` is None, "alignment" / "uniformity" on STS-B dev ('mcse' or 'dalr').
+    """
+    if align_mode not in (None, "mcse", "dalr"):
+        raise ValueError(f"align_mode {align_mode!r} unknown; use 'mcse', 'dalr' or None")
+    sets = _load_sets(data_dir, tasks)
+    every = [s for group in sets.values() for ps in group for s in (*ps.sent1, *ps.sent2)]
+    emb, row = encode_unique(encode, every, batch_size)
+    if emb.ndim == 3:
+        raise ValueError("encode returned (members, n, dim); use evaluate_sts_many for an array")
+    return _score(emb, row, sets, tasks, align_mode)
 
 
 class DevEvaluator:
@@ -346,6 +380,19 @@ class DevEvaluator:
             ]
         emb = np.concatenate(out)
         return emb[self._idx1], emb[self._idx2]
+
+    def scores_many(self, encode_ids: Callable[[Any, Any], Any]) -> list[float]:
+        """STS-B dev Spearman x 100 of each member; ``encode_ids`` returns (M, batch, dim)."""
+        import torch
+
+        with torch.no_grad():
+            out = [_as_numpy(encode_ids(ids.to(self.device), mask.to(self.device))).astype(np.float64)
+                   for ids, mask in self._batches]
+        emb = np.concatenate(out, axis=-2)
+        if emb.ndim != 3:
+            raise ValueError(f"encode_ids must return (members, batch, dim), got {emb.shape[1:]}")
+        gold = self.pairs.gold
+        return [spearman100(cosine_rows(e[self._idx1], e[self._idx2]), gold) for e in emb]
 
     def evaluate(
         self, encode_ids: Callable[[Any, Any], Any], align_mode: str | None = None

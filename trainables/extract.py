@@ -294,7 +294,7 @@ class ClipEmbedder:
 
 def init_ray(address: str | None = None) -> None:
     """Connect to ``address`` (e.g. "auto"), or start the project's light local Ray."""
-    from trainables.train import init_ray as start
+    from trainables.ray_env import init_ray as start
 
     start(address, log_to_driver=False)
 

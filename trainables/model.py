@@ -1,24 +1,13 @@
 """The student: a BERT/RoBERTa encoder plus the small trainable heads of SimCSE, MCSE, KDMCSE and DALR.
 
-One ``nn.Module`` holds everything the optimiser trains (methods.md §0.1, §2.1, §3.1, §4.1):
-
-- ``encoder``: the Hugging Face ``AutoModel`` (its pretrained ``pooler`` is kept so the saved
-  folder is a complete model, but it is unused, as in the official code, and frozen here);
-- ``mlp``: the SimCSE "pooler", Linear(h, h) + tanh, initialised N(0, initializer_range), bias 0,
-  producing z (training only);
-- ``grounding``: Linear(h, proj) + tanh + L2-normalise on the [CLS] *before* the MLP -> p1, p2;
-- ``image_head``: Linear(image_dim, proj) + tanh + L2-normalise -> v (MCSE ``ResNetVisnModel``,
-  KDMCSE/DALR ``visn_model.vmlp``);
-- ``clip_text_head``: the same on the stored CLIP caption feature -> t (KDMCSE ``tmlp``);
-- ``text_aligner`` / ``image_aligner``: DALR's ``ConsistencySimilarityModule`` aligners,
-  Linear -> BatchNorm1d -> ReLU -> Linear(., 256) -> BatchNorm1d -> ReLU, on z1 and on the *raw,
-  unnormalised* stored image feature (``batch['img']`` in DALR's ``compute_loss``).
-
-Only the modules a method uses are built; DALR's dead modules (``grounding_image``,
-``sim_classifier``, ``tmlp``) are not, since they never receive a gradient. The heads keep
-PyTorch's default ``nn.Linear`` init because the official code creates them outside the
-``PreTrainedModel`` (so ``init_weights`` never touches them). Teachers are separate frozen
-objects owned by the trainer and are never attributes of this module.
+One ``nn.Module`` holds everything the optimiser trains: ``encoder``, the Hugging Face
+``AutoModel`` (its pretrained ``pooler`` is kept so the saved folder is a complete model, but it is
+unused, as in the official code, and frozen here), plus the SimCSE MLP and the method's heads of
+``trainables.heads``. Only the modules a method uses are built; DALR's dead modules
+(``grounding_image``, ``sim_classifier``, ``tmlp``) are not, since they never receive a gradient.
+Teachers are separate frozen objects owned by the trainer and are never attributes of this module.
+Training runs on ``trainables.arrays``, which stacks many members' encoders; a member's best
+weights are written through this class.
 
 A saved student is a plain Hugging Face model folder that ``transformers.AutoModel`` and
 ``sentence_transformers.SentenceTransformer`` (CLS pooling, no Normalize) both load offline, plus
@@ -38,15 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from trainables.heads import MethodHeads, simcse_mlp
 from trainables.objectives import METHODS, StudentOutputs
 
 HEADS_FILE = "heads.safetensors"
 CONFIG_FILE = "student_config.json"
-ALIGN_DIM = 256
-"""DALR ConsistencySimilarityModule ``sim_dim``: fixed at 256 in the code, independent of proj_dim."""
 SUPPORTED_MODEL_TYPES = ("bert", "roberta")
 
 
@@ -131,35 +118,16 @@ def _resolve_encoder(name: str) -> str:
     return name
 
 
-def _tanh_head(d_in: int, d_out: int) -> nn.Sequential:
-    """MCSE's ``MLPLayer``: Linear + tanh, PyTorch default init (normalised by the caller)."""
-    return nn.Sequential(nn.Linear(d_in, d_out), nn.Tanh())
-
-
-def _aligner(d_in: int, shared: int) -> nn.Sequential:
-    """DALR aligner: Linear(d_in, shared) -> BN -> ReLU -> Linear(shared, 256) -> BN -> ReLU.
-
-    The official code has shared_dim = 768 = h = CLIP ViT-L/14 dim for both aligners; for other
-    dims the image aligner maps image_dim -> h so both branches share the same hidden width.
-    """
-    return nn.Sequential(
-        nn.Linear(d_in, shared), nn.BatchNorm1d(shared), nn.ReLU(),
-        nn.Linear(shared, ALIGN_DIM), nn.BatchNorm1d(ALIGN_DIM), nn.ReLU(),
-    )
-
-
 def _write_json(path: Path, obj: object) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
-class Student(nn.Module):
+class Student(MethodHeads):
     """Encoder + MLP pooler + the heads of ``config.method``; see the module docstring."""
 
     def __init__(self, config: StudentConfig):
-        super().__init__()
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        self.config = config
         source = _resolve_encoder(config.encoder)
         overrides = {}
         if config.hidden_dropout is not None:
@@ -172,7 +140,11 @@ class Student(nn.Module):
                 f"encoder '{config.encoder}' has model_type '{hf_config.model_type}'; the student "
                 f"supports {SUPPORTED_MODEL_TYPES}: pass a BERT or RoBERTa folder"
             )
-        # fp32 weights whatever the checkpoint dtype: the official runs train in fp32 (§0.2).
+        h = hf_config.hidden_size
+        super().__init__(config.method, h, config.proj_dim, config.image_dim, config.text_head_dim)
+        self.config = config
+        self.hidden_size = h
+        # fp32 weights whatever the checkpoint dtype: the official runs train in fp32.
         self.encoder = AutoModel.from_pretrained(source, config=hf_config, dtype=torch.float32)
         if getattr(self.encoder, "pooler", None) is not None:
             # Kept so the saved folder is a complete model, but never used: frozen, so it is not
@@ -182,22 +154,8 @@ class Student(nn.Module):
             self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
         except (OSError, ValueError, TypeError) as err:
             raise OSError(f"encoder '{config.encoder}' has no loadable tokenizer files ({err})") from None
-        h = hf_config.hidden_size
-        self.hidden_size = h
-        self.mlp = _tanh_head(h, h)
         # Missing from the checkpoint, so the official init_weights() gives N(0, 0.02), bias 0.
-        nn.init.normal_(self.mlp[0].weight, 0.0, getattr(hf_config, "initializer_range", 0.02))
-        nn.init.zeros_(self.mlp[0].bias)
-        self.grounding = self.image_head = self.clip_text_head = None
-        self.text_aligner = self.image_aligner = None
-        if config.method != "simcse":
-            self.grounding = _tanh_head(h, config.proj_dim)
-            self.image_head = _tanh_head(config.image_dim, config.proj_dim)
-        if config.text_head_dim is not None:
-            self.clip_text_head = _tanh_head(config.text_head_dim, config.proj_dim)
-        if config.method == "dalr":
-            self.text_aligner = _aligner(h, h)
-            self.image_aligner = _aligner(config.image_dim, h)
+        self.mlp = simcse_mlp(h, getattr(hf_config, "initializer_range", 0.02))
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -220,15 +178,6 @@ class Student(nn.Module):
         # token_type_ids are never passed, as in the official forward (§0.1).
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         return out.last_hidden_state[:, 0]
-
-    @staticmethod
-    def _check_feature(name: str, x: torch.Tensor, dim: int, bs: int, field: str) -> None:
-        if x.dim() != 2 or x.shape[0] != bs or x.shape[1] != dim:
-            raise ValueError(
-                f"{name} feature has shape {tuple(x.shape)} but the student expects ({bs}, {dim}) "
-                f"(StudentConfig.{field}={dim}); build the Student with {field}={x.shape[-1]} "
-                "to match the feature store, or pass the right store column"
-            )
 
     def forward(
         self,
@@ -257,25 +206,7 @@ class Student(nn.Module):
         else:
             raise ValueError(f"input_ids must be (bs, L) or (bs, 2, L), got shape {tuple(input_ids.shape)}")
         cls = self._cls(ids, mask2).view(bs, 2, -1)  # l_pool, [CLS] before the MLP
-        z = self.mlp(cls)
-        out = StudentOutputs(z1=z[:, 0], z2=z[:, 1], cls1=cls[:, 0], cls2=cls[:, 1],
-                             attention_mask=mask)
-        if image is None or self.image_head is None:
-            return out
-        self._check_feature("image", image, self.config.image_dim, bs, "image_dim")
-        image = image.to(z.dtype)  # stored CLIP features may be fp16
-        p = F.normalize(self.grounding(cls), dim=-1)
-        out.p1, out.p2 = p[:, 0], p[:, 1]
-        out.v = F.normalize(self.image_head(image), dim=-1)
-        if self.clip_text_head is not None and clip_text is not None:
-            self._check_feature("clip_text", clip_text, self.config.text_head_dim, bs, "clip_text_dim")
-            out.t = F.normalize(self.clip_text_head(clip_text.to(z.dtype)), dim=-1)
-        if self.text_aligner is not None:
-            if self.training and bs < 2:
-                raise ValueError("DALR's aligners use BatchNorm in train mode: a pair batch needs >= 2 rows")
-            out.text_aligned = self.text_aligner(out.z1)
-            out.image_aligned = self.image_aligner(image)  # raw feature, as DALR feeds batch['img']
-        return out
+        return self.heads_outputs(cls, self.mlp(cls), mask, image=image, clip_text=clip_text)
 
     def named_trainable_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """The student's own parameters: encoder, MLP and this method's heads.

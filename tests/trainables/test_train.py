@@ -1,13 +1,15 @@
-"""The Ray Train entry: a 2-worker DDP run on CPU, a worker killed mid-run and restored from its
-checkpoint with the same result, a NaN that fails the run with its reason, and the CLI's errors."""
+"""The Ray Train entry: a 2-worker DDP array on CPU, a worker killed mid-run and restored from its
+checkpoint with the same result, a NaN that drops its member with the reason, a finished array
+re-reported from its final checkpoint, and the CLI's errors."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from trainables import train
+from trainables import ray_env, train
 from trainables.profiles import build_config
 
 
@@ -15,7 +17,7 @@ from trainables.profiles import build_config
 def ray_session():
     import ray
 
-    train.init_ray(num_cpus=2, log_to_driver=False)
+    ray_env.init_ray(num_cpus=2, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -29,38 +31,55 @@ def tiny(tiny_bert, tmp_path, method="mcse", **over):
     return build_config("demo", method, base)
 
 
+def members(m) -> dict:
+    return {e["key"]: e for e in m["members"]}
+
+
 def test_two_worker_ddp_run(tiny_bert, tmp_path, ray_session):
-    cfg = tiny(tiny_bert, tmp_path, "kdmcse", num_workers=2, max_steps=4, eval_every=2)
-    res = train.run_torch_trainer(cfg, "ddp", str(tmp_path / "runs"))
+    a = tiny(tiny_bert, tmp_path, "kdmcse", num_workers=2, max_steps=4, eval_every=2)
+    b = tiny(tiny_bert, tmp_path, "mcse", num_workers=2, max_steps=4, eval_every=2, seed=1)
+    res = train.run_torch_trainer([("a", a), ("b", b)], "ddp", str(tmp_path / "runs"))
     assert res.error is None
     m = res.metrics
     assert m["final"] == 1 and m["step"] == 4
-    assert math.isfinite(m["test/avg"])
-    assert (tmp_path / "runs").exists() and res.checkpoint is not None
+    got = members(m)
+    assert set(got) == {"a", "b"} and all(math.isfinite(e["test/avg"]) for e in got.values())
+    assert res.checkpoint is not None
+    final = Path(res.checkpoint.path)
+    assert not list(final.rglob("state.pt"))  # only the best weights outlive the array
+    for e in got.values():
+        assert (final / e["model"] / "config.json").is_file()
 
 
 def test_killed_worker_restarts_from_checkpoint_with_same_result(tiny_bert, tmp_path, ray_session,
                                                                   monkeypatch):
-    cfg = tiny(tiny_bert, tmp_path, "dalr")
-    ref = train.run_torch_trainer(cfg, "ref", str(tmp_path / "runs"))
+    cfgs = [("d", tiny(tiny_bert, tmp_path, "dalr")), ("m", tiny(tiny_bert, tmp_path, "mcse", seed=2))]
+    ref = train.run_torch_trainer(cfgs, "ref", str(tmp_path / "runs"))
     assert ref.error is None
     monkeypatch.setenv("MMEMB_FAULT_INJECT", "kill:5")
     monkeypatch.setenv("MMEMB_FAULT_MARKER_DIR", str(tmp_path / "markers"))
-    hit = train.run_torch_trainer(cfg, "killed", str(tmp_path / "runs"), max_failures=1)
-    assert (tmp_path / "markers" / f"fault-kill-{cfg.config_hash()}").exists()  # it did die
+    hit = train.run_torch_trainer(cfgs, "killed", str(tmp_path / "runs"), max_failures=1)
+    assert list((tmp_path / "markers").iterdir())  # it did die
     assert hit.error is None
-    keys = [k for k in ref.metrics if k.startswith("test/")] + ["best_stsb_dev", "best_step"]
-    assert keys and {k: hit.metrics[k] for k in keys} == {k: ref.metrics[k] for k in keys}
+    for key, r in members(ref.metrics).items():
+        h = members(hit.metrics)[key]
+        keys = [k for k in r if k.startswith("test/")] + ["best_stsb_dev", "best_step"]
+        assert keys and {k: h[k] for k in keys} == {k: r[k] for k in keys}
+    # a finished array started again reports its final scores from the checkpoint, trains nothing
+    again = train.run_torch_trainer(cfgs, "ref", str(tmp_path / "runs"))
+    assert {k: v["test/avg"] for k, v in members(again.metrics).items()} == \
+        {k: v["test/avg"] for k, v in members(ref.metrics).items()}
 
 
-def test_nan_fails_the_run_with_step_and_term(tiny_bert, tmp_path, ray_session, monkeypatch):
-    cfg = tiny(tiny_bert, tmp_path, "mcse", max_steps=3)
-    monkeypatch.setenv("MMEMB_FAULT_INJECT", "nan:2")
-    with pytest.raises(Exception) as err:  # Train V2's fit() raises the workers' error
-        train.run_torch_trainer(cfg, "nan", str(tmp_path / "runs"))
-    reason = train.root_cause(err.value)
-    assert reason.startswith("NonFiniteLoss: non-finite loss at step 2: term 'total'"), reason
-    assert cfg.config_hash() in reason
+def test_nan_drops_its_member_with_step_and_term(tiny_bert, tmp_path, ray_session, monkeypatch):
+    bad, good = tiny(tiny_bert, tmp_path, "mcse", max_steps=3), tiny(tiny_bert, tmp_path, "mcse", max_steps=3, seed=1)
+    monkeypatch.setenv("MMEMB_FAULT_INJECT", f"nan:2:{bad.config_hash()}")
+    res = train.run_torch_trainer([("bad", bad), ("good", good)], "nan", str(tmp_path / "runs"))
+    got = members(res.metrics)
+    assert got["bad"]["failed"] == 1
+    assert got["bad"]["error"].startswith("non-finite loss at step 2: term 'total'")
+    assert bad.config_hash() in got["bad"]["error"]
+    assert math.isfinite(got["good"]["test/avg"])
 
 
 def test_cli_refuses_bad_input_before_starting(tmp_path, capsys):

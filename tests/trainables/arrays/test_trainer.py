@@ -1,0 +1,207 @@
+"""The array loop without Ray. Member independence: a member trained alone, inside an array of
+five and inside a mixed MCSE/KDMCSE/DALR array gives the same losses, dev curve and test scores
+(CPU, fp32, within 1e-5). Also: every method trains, same seed same result, a killed array
+resumed from its checkpoint ends exactly like an uninterrupted one, a NaN drops only its member,
+successive halving drops whole groups, the best weights are what is evaluated and exported."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainables.arrays.trainer import ArrayTrainer
+from trainables.profiles import build_config
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def cfg(tiny_bert, cache, method="kdmcse", seed=0, **over):
+    base = {
+        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
+        "objective.teacher_weights": [1.0], "data.cache_dir": str(cache), "data.demo_dim": 32,
+        "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 32, "seed": seed,
+    }
+    base.update(over)
+    return build_config("demo", method, base)
+
+
+class Reports:
+    def __init__(self):
+        self.metrics, self.ckpts = [], []
+
+    def __call__(self, metrics, ckpt):
+        self.metrics.append(metrics)
+        if ckpt is not None:
+            self.ckpts.append(ckpt)
+
+    def member(self, key):
+        """key's entries, in report order, with the report's step."""
+        return [{**e, "step": r["step"]} for r in self.metrics for e in r["members"] if e["key"] == key]
+
+
+def run(members, tmp, **kw):
+    t = ArrayTrainer(members, **kw)
+    reports = Reports()
+    final = t.fit(reports, tmp)
+    return t, reports, final
+
+
+def assert_same_member(a: Reports, fa: dict, b: Reports, fb: dict, key_a: str, key_b: str):
+    ea, eb = a.member(key_a), b.member(key_b)
+    assert len(ea) == len(eb) > 0
+    for x, y in zip(ea, eb, strict=True):
+        assert x["step"] == y["step"]
+        for k in x:
+            if k.startswith("loss/") or k in ("stsb_dev", "best_stsb_dev", "lr"):
+                assert y[k] == pytest.approx(x[k], abs=TOL), (k, x["step"])
+    for k, v in fa[key_a].items():
+        if k.startswith("test/"):
+            assert fb[key_b][k] == pytest.approx(v, abs=TOL), k
+
+
+def test_member_alone_equals_member_in_array_of_five_and_in_a_mixed_array(tiny_bert, cache, tmp_path):
+    me = cfg(tiny_bert, cache, "kdmcse", seed=3)
+    alone = run([("me", me)], tmp_path / "alone")
+    five = run([(f"s{s}", cfg(tiny_bert, cache, "kdmcse", seed=s)) for s in (0, 1)]
+               + [("me", me)] + [(f"s{s}", cfg(tiny_bert, cache, "kdmcse", seed=s, lr=1e-4))
+                                 for s in (4, 5)], tmp_path / "five")
+    mixed = run([("m", cfg(tiny_bert, cache, "mcse", seed=7)), ("d", cfg(tiny_bert, cache, "dalr", seed=8)),
+                 ("me", me), ("s", cfg(tiny_bert, cache, "simcse", seed=9))], tmp_path / "mixed")
+    assert_same_member(alone[1], alone[2], five[1], five[2], "me", "me")
+    assert_same_member(alone[1], alone[2], mixed[1], mixed[2], "me", "me")
+    # and a DALR member (teachers shared in one forward) alone vs in the mixed array
+    d_alone = run([("d", cfg(tiny_bert, cache, "dalr", seed=8))], tmp_path / "d")
+    assert_same_member(d_alone[1], d_alone[2], mixed[1], mixed[2], "d", "d")
+    # the members really differ from one another: not a vacuous equality
+    devs = {e["key"]: e["stsb_dev"] for e in five[1].metrics[-1]["members"]}
+    assert len(set(devs.values())) == len(devs)
+
+
+@pytest.mark.parametrize("method", ["simcse", "mcse", "kdmcse", "dalr"])
+def test_every_method_trains_and_reports_its_terms(method, tiny_bert, cache, tmp_path):
+    c = cfg(tiny_bert, cache, method, max_steps=4, eval_every=2, final_eval=False)
+    _, reports, _ = run([("a", c)], tmp_path)
+    assert [r["step"] for r in reports.metrics] == [2, 4]
+    for e in reports.member("a"):
+        assert math.isfinite(e["loss/total"]) and e["loss/total"] > 0
+        assert 0 <= e["best_stsb_dev"] <= 100
+    assert len(reports.ckpts) == 2 and (reports.ckpts[-1] / "state.pt").exists()
+    expected = {"simcse": set(), "mcse": {"grounding_image"},
+                "kdmcse": {"grounding_image", "grounding_text"},
+                "dalr": {"consistency", "cma", "info", "ima", "rank", "g2l"}}[method]
+    logged = {k.removeprefix("loss/") for k in reports.member("a")[0] if k.startswith("loss/")}
+    assert expected <= logged, (expected, logged)
+
+
+def test_same_seed_same_result_other_seed_other_result(tiny_bert, cache, tmp_path):
+    _, r1, f1 = run([("a", cfg(tiny_bert, cache))], tmp_path / "a")
+    _, r2, f2 = run([("a", cfg(tiny_bert, cache))], tmp_path / "b")
+    assert [e["loss/total"] for e in r1.member("a")] == [e["loss/total"] for e in r2.member("a")]
+    assert f1 == f2
+    _, r3, _ = run([("a", cfg(tiny_bert, cache, seed=1))], tmp_path / "c")
+    assert [e["loss/total"] for e in r3.member("a")] != [e["loss/total"] for e in r1.member("a")]
+
+
+@pytest.mark.parametrize("kill_at", [2, 4, 5])
+def test_resume_after_kill_matches_uninterrupted(kill_at, tiny_bert, cache, tmp_path, monkeypatch):
+    members = [("d", cfg(tiny_bert, cache, "dalr")), ("k", cfg(tiny_bert, cache, "kdmcse", seed=1))]
+    ref, ref_reports, ref_final = run(members, tmp_path / "ref")
+
+    class Killed(Exception):
+        pass
+
+    t = ArrayTrainer(members)
+    orig = ArrayTrainer.train_step
+
+    def dying_step(self):
+        if self.step + 1 == kill_at:
+            raise Killed
+        return orig(self)
+
+    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
+    partial = Reports()
+    with pytest.raises(Killed):
+        t.fit(partial, tmp_path / "killed")
+    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
+    resumed = ArrayTrainer(members)
+    if partial.ckpts:
+        resumed.load_state(partial.ckpts[-1])
+    rest = Reports()
+    final = resumed.fit(rest, tmp_path / "resumed")
+    both = Reports()
+    both.metrics = partial.metrics + rest.metrics
+    for key in ("d", "k"):
+        assert [e["loss/total"] for e in both.member(key)] == \
+            [e["loss/total"] for e in ref_reports.member(key)]
+    assert final == ref_final
+    for a, b in zip(resumed.model.state_dict().values(), ref.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_checkpoint_of_another_array_is_refused(tiny_bert, cache, tmp_path):
+    _, reports, _ = run([("a", cfg(tiny_bert, cache, max_steps=3, final_eval=False))], tmp_path)
+    other = ArrayTrainer([("a", cfg(tiny_bert, cache, seed=9, max_steps=3, final_eval=False))])
+    with pytest.raises(ValueError, match="belongs to another array"):
+        other.load_state(reports.ckpts[-1])
+
+
+def test_nan_in_one_member_drops_it_and_the_others_go_on(tiny_bert, cache, tmp_path, monkeypatch):
+    good, bad = cfg(tiny_bert, cache, "mcse", seed=0), cfg(tiny_bert, cache, "kdmcse", seed=1)
+    _, alone, alone_final = run([("good", good)], tmp_path / "alone")
+    monkeypatch.setenv("MMEMB_FAULT_INJECT", f"nan:2:{bad.config_hash()}")
+    t, reports, final = run([("bad", bad), ("good", good)], tmp_path / "array")
+    failed = [e for r in reports.metrics for e in r["members"] if e.get("failed")]
+    assert [e["key"] for e in failed] == ["bad"]
+    assert failed[0]["error"].startswith("non-finite loss at step 2: term 'total' is nan")
+    assert bad.config_hash() in failed[0]["error"]
+    assert set(final) == {"good"} and t.members[0].record.error
+    assert_same_member(alone, alone_final, reports, final, "good", "good")
+
+
+def test_members_that_cannot_share_an_array_are_refused(tiny_bert, cache):
+    with pytest.raises(ValueError, match="must share 'batch_size'"):
+        ArrayTrainer([("a", cfg(tiny_bert, cache)), ("b", cfg(tiny_bert, cache, batch_size=4))])
+    with pytest.raises(ValueError, match="same number of steps"):
+        ArrayTrainer([("a", cfg(tiny_bert, cache)), ("b", cfg(tiny_bert, cache, max_steps=4))])
+    with pytest.raises(ValueError, match="distinct"):
+        ArrayTrainer([("a", cfg(tiny_bert, cache)), ("a", cfg(tiny_bert, cache, seed=1))])
+
+
+def test_successive_halving_drops_whole_groups(tiny_bert, cache, tmp_path):
+    members = [(f"c{c}/s{s}", cfg(tiny_bert, cache, "mcse", seed=s, lr=lr))
+               for c, lr in enumerate((1e-5, 1e-3, 1e-4, 3e-5)) for s in (0, 1)]
+    groups = {k: k.split("/")[0] for k, _ in members}
+    t, reports, final = run(members, tmp_path, halving=((3,), 2.0), groups=groups)
+    pruned = [e for r in reports.metrics for e in r["members"] if e.get("pruned")]
+    assert len(pruned) == 4 and all(e["step"] == 3 for e in pruned)
+    kept = {k.split("/")[0] for k in final}
+    assert len(kept) == 2 and len(final) == 4  # both seeds of each kept configuration
+    at3 = {e["key"]: e["stsb_dev"] for e in reports.metrics[0]["members"] if "stsb_dev" in e}
+    mean = {g: (at3[f"{g}/s0"] + at3[f"{g}/s1"]) / 2 for g in set(groups.values())}
+    assert kept == set(sorted(mean, key=mean.get)[-2:])  # the two best means stay
+
+
+def test_final_eval_and_export_use_the_best_weights(tiny_bert, cache, tmp_path):
+    from trainables.evaluation import evaluate_sts
+    from trainables.model import Student
+
+    t, reports, final = run([("a", cfg(tiny_bert, cache, "mcse", lr=3e-3))], tmp_path)
+    devs = [e["stsb_dev"] for e in reports.member("a")]
+    assert final["a"]["best_stsb_dev"] == max(devs)
+    assert t.evaluate_dev()[0] == pytest.approx(max(devs), abs=1e-6)  # the best is loaded
+    folder = t.export_best(tmp_path / "export")["a"]
+    student = Student.from_pretrained(folder)
+    res = evaluate_sts(lambda s: student.encode(s), t.members[0].data.senteval_dir)
+    assert res["avg"] == pytest.approx(final["a"]["test/avg"], abs=1e-4)

@@ -1,0 +1,115 @@
+"""Which runs may share an array, and what each member keeps of its own.
+
+An array trains its members in one process with one stacked encoder, so they must agree on
+everything that shapes the shared forward and the shared evaluation: the encoder, the batch size
+and token length, the step count, the evaluation cadence and the STS data. Everything else is
+per member: objective, learning rate and optimiser settings, seed (data order, dropout stream,
+head init), data options such as the image column, teachers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainables.config import RunConfig
+
+SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
+                 "precision", "num_workers", "use_gpu", "final_eval")
+"""RunConfig fields every member of an array must share (the step count is checked as well)."""
+
+
+def array_key(cfg: RunConfig, total_steps: int) -> str:
+    """Members with equal keys can train in one array."""
+    d = cfg.to_dict()
+    shared = {k: d[k] for k in SHARED_FIELDS}
+    shared["senteval"] = d["data"]["senteval"] if not d["data"]["demo"] else ["demo", d["data"]]
+    shared["total_steps"] = total_steps
+    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def check_shared(cfgs: list[RunConfig]) -> None:
+    """One clear line naming the first field on which members disagree."""
+    first = cfgs[0].to_dict()
+    for cfg in cfgs[1:]:
+        d = cfg.to_dict()
+        for k in SHARED_FIELDS:
+            if d[k] != first[k]:
+                raise ValueError(
+                    f"members of one array must share {k!r} ({first[k]!r} vs {d[k]!r}); "
+                    "put them in different arrays (--array-size) or align the configs"
+                )
+        if d["data"]["demo"] != first["data"]["demo"] or d["data"]["senteval"] != first["data"]["senteval"]:
+            raise ValueError("members of one array must evaluate on the same STS data (data.senteval)")
+
+
+def derived_seed(seed: int, stream: str) -> int:
+    """A 63-bit seed for one of a member's private streams (dropout, ListMLE tie-breaks, heads)."""
+    h = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 1
+
+
+def generator(seed: int, stream: str, device: torch.device | str) -> torch.Generator:
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(derived_seed(seed, stream))
+    return g
+
+
+@dataclass
+class MemberRecord:
+    """A member's bookkeeping: best dev score and its weights, dev curve, loss sums, fate."""
+
+    key: str
+    config_hash: str
+    best: float = 0.0  # official: best starts at 0, replaced only when strictly greater
+    best_step: int = -1
+    best_state: dict[str, Any] | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    term_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    term_count: int = 0
+    error: str | None = None
+    """why the member left the array (a non-finite loss), None while it trains"""
+    pruned_at: int | None = None
+    """the step at which successive halving dropped it (search arrays)"""
+
+    def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
+        for k, v in terms.items():
+            acc = self.term_sums.get(k)
+            self.term_sums[k] = v.detach().float() + (acc if acc is not None else 0.0)
+        self.term_count += 1
+
+    def pop_means(self) -> dict[str, float]:
+        n = max(self.term_count, 1)
+        out = {f"loss/{k}": float(v) / n for k, v in self.term_sums.items()}
+        self.term_sums, self.term_count = {}, 0
+        return out
+
+    def bookkeeping(self) -> dict[str, Any]:
+        return {"key": self.key, "config_hash": self.config_hash, "best": self.best,
+                "best_step": self.best_step, "history": self.history, "error": self.error,
+                "pruned_at": self.pruned_at}
+
+    def restore(self, d: dict[str, Any]) -> None:
+        self.best, self.best_step = d["best"], d["best_step"]
+        self.history, self.error = list(d["history"]), d["error"]
+        self.pruned_at = d.get("pruned_at")
+
+
+def slug(key: str) -> str:
+    """A member key as a folder name ('kdmcse/seed-0' -> 'kdmcse__seed-0')."""
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in key.replace("/", "__"))
+
+
+def pad_to(x: torch.Tensor, rows: int, cols: int, value: int) -> torch.Tensor:
+    """(n, l) -> (rows, cols), new rows and columns filled with ``value``."""
+    return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]), value=value)
+
+
+def as_indices(indices: np.ndarray, rank: int, world: int) -> np.ndarray:
+    """This worker's share of a batch (DDP: in-batch negatives are per worker)."""
+    return indices[rank::world]

@@ -1,0 +1,503 @@
+"""The training loop of an array: M runs trained together, each exactly as it would train alone.
+
+Per member, exactly as one run of the official recipe: its own data order (its seed's batch
+schedule), dropout stream, head init, objective and hyperparameters, AdamW state, gradient
+clipping and linear LR decay, STS-B dev Spearman every ``eval_every`` steps and at the last
+step, the best weights kept when *strictly* better (best starts at 0), and the final seven-task
+evaluation of those best weights. Shared, and done once: the encoder's forward and backward (one
+batched pass over every member's batch), a DALR text teacher's forward over all the members that
+use it, the tokenised dev and test sentences.
+
+Member independence is the contract: a member's losses, dev curve and scores depend only on its
+own config and seed, never on which members share its array or where it sits (tested in
+tests/trainables/arrays/test_trainer.py). A member whose loss turns NaN/inf leaves the array with
+its step and term recorded; the others go on. Ray Train drives this class through
+``trainables.train``; tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainables.arrays.encoder import StackedEncoder
+from trainables.arrays.members import (
+    MemberRecord,
+    check_shared,
+    derived_seed,
+    generator,
+    pad_to,
+    slug,
+)
+from trainables.arrays.model import ArrayModel
+from trainables.arrays.optim import ArrayAdamW, MemberHyper
+from trainables.config import RunConfig
+from trainables.corpus import Tokenize
+from trainables.data import Batch, TrainingData, check_dims, load_data
+from trainables.evaluation import DevEvaluator, evaluate_sts_many
+from trainables.faults import maybe_inject
+from trainables.heads import MethodHeads, simcse_mlp
+from trainables.model import Student, StudentConfig
+from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective
+from trainables.profiles import resolve_encoder
+from trainables.schedule import BatchSchedule
+
+Report = Callable[[dict[str, Any], Path | None], None]
+"""``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
+FINAL_FILE = "final.json"
+
+
+class NonFiniteLoss(RuntimeError):
+    """A loss term became NaN or inf; the message names the step, the term and the config."""
+
+
+class Member:
+    """One run inside the array: its config, data, schedule, private RNG streams and record."""
+
+    def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
+        self.key, self.cfg = key, cfg
+        self.objective: ObjectiveConfig = cfg.objective.resolved()
+        self.data = data
+        self.teachers = None
+        self.teacher_columns: tuple[str, ...] = ()
+        self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
+                                      cfg.seed, mode=cfg.schedule)
+        self.total_steps = min(self.schedule.total_steps, cfg.max_steps or math.inf)
+        self.dropout = generator(cfg.seed, "dropout", device)
+        self.listmle = generator(cfg.seed, "listmle", "cpu")
+        self.record = MemberRecord(key, cfg.config_hash())
+
+    @property
+    def needs_teachers(self) -> bool:
+        o = self.objective
+        return o.method == "dalr" and (o.use_cma or o.use_ima or o.use_rank or o.use_g2l)
+
+
+class ArrayTrainer:
+    """M members, one stacked model, one optimiser state with a member axis, resumable."""
+
+    def __init__(self, members: Sequence[tuple[str, RunConfig]], device: torch.device | str = "cpu",
+                 rank: int = 0, world: int = 1,
+                 halving: tuple[Sequence[int], float] | None = None,
+                 groups: dict[str, str] | None = None):
+        if not members:
+            raise ValueError("an array needs at least one member")
+        keys = [k for k, _ in members]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"member keys must be distinct, got {keys}")
+        cfgs = [c for _, c in members]
+        check_shared(cfgs)
+        self.cfg = cfgs[0]
+        self.rank, self.world = rank, world
+        self.device = torch.device(device)
+        self.members = [Member(k, c, d, self.device) for (k, c), d in zip(members, self._data(cfgs), strict=True)]
+        steps = {m.total_steps for m in self.members}
+        if len(steps) != 1:
+            raise ValueError(f"members of one array must train the same number of steps, got {sorted(steps)}; "
+                             "set max_steps or put them in different arrays")
+        self.total_steps = int(steps.pop())
+        source = resolve_encoder(self.cfg.encoder)
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+        self.tokenize = Tokenize(self.tokenizer, max_length=self.cfg.max_length)
+        encoder = StackedEncoder.from_pretrained(source, len(self.members))
+        self.student_configs = [self._student_config(m, source) for m in self.members]
+        mlps, heads = [], []
+        for m, sc in zip(self.members, self.student_configs, strict=True):
+            with torch.random.fork_rng(devices=[]):  # each member's heads from its own seed
+                torch.manual_seed(derived_seed(m.cfg.seed, "init"))
+                mlps.append(simcse_mlp(encoder.hidden_size,
+                                       getattr(encoder.hf_config, "initializer_range", 0.02)))
+                heads.append(MethodHeads(sc.method, encoder.hidden_size, sc.proj_dim,
+                                         sc.image_dim, sc.text_head_dim))
+        self.model = ArrayModel(encoder, mlps, heads).to(self.device)
+        self._build_teachers()
+        self.optimizer = ArrayAdamW(
+            self.model.stacked_parameters(),
+            [[p for p in h.parameters() if p.requires_grad] for h in self.model.heads],
+            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip)
+             for m in self.members],
+            self.total_steps,
+        )
+        self.alive: list[Member] = list(self.members)
+        self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
+                                batch_size=self.cfg.eval_batch_size, device=self.device)
+        cuda = self.device.type == "cuda"
+        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
+        self.step = 0
+        self._failed_unreported: list[Member] = []
+        # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
+        self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
+        self.groups = {m.key: (groups or {}).get(m.key, m.key) for m in self.members}
+
+    # --- setup ----------------------------------------------------------------------------
+    @staticmethod
+    def _data(cfgs: Sequence[RunConfig]) -> list[TrainingData]:
+        """Each distinct data setting opened once; dims checked per member before any model."""
+        cache: dict[str, TrainingData] = {}
+        out = []
+        for cfg in cfgs:
+            key = json.dumps([cfg.to_dict()["data"], cfg.objective.method == "simcse"], sort_keys=True)
+            if key not in cache:
+                cache[key] = load_data(cfg)
+            check_dims(cfg, cache[key])
+            out.append(cache[key])
+        return out
+
+    @staticmethod
+    def _student_config(m: Member, source: str) -> StudentConfig:
+        clip_text_dim = m.data.clip_text_dim if m.objective.clip_text_term else None
+        return StudentConfig(encoder=source, method=m.objective.method, proj_dim=m.cfg.proj_dim,
+                             image_dim=m.data.image_dim, clip_text_dim=clip_text_dim)
+
+    def _build_teachers(self) -> None:
+        """DALR text teachers, one frozen model per distinct path, shared by every member using it."""
+        from trainables.teachers import TeacherEnsemble, TextTeacher
+
+        loaded: dict[str, TextTeacher] = {}
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        for m in self.members:
+            if not m.needs_teachers:
+                continue
+            paths = [resolve_encoder(t) for t in m.cfg.text_teachers]
+            if len(paths) != len(m.objective.teacher_weights):
+                raise ValueError(
+                    f"{len(paths)} text teachers but {len(m.objective.teacher_weights)} teacher_weights; "
+                    "give one weight per teacher (objective.teacher_weights)"
+                )
+            for p in paths:
+                if p not in loaded:
+                    loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
+            m.teachers = TeacherEnsemble([loaded[p] for p in paths], m.objective.teacher_weights)
+            # Stored [CLS] columns replace the teachers' forward pass unless g2l needs token states.
+            stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
+            if not m.objective.use_g2l and all(c in stored for c in m.teachers.columns):
+                m.teacher_columns = tuple(m.teachers.columns)
+
+    # --- one step -------------------------------------------------------------------------
+    def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
+        """One forward per teacher over every member that needs it: j -> (embs, locals)."""
+        groups: dict[int, list[int]] = {}
+        for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
+            if kind == "pair" and m.teachers is not None and not b.text_teachers:
+                groups.setdefault(id(m.teachers.teachers), []).append(j)
+        out: dict[int, tuple[tuple, tuple]] = {}
+        pad = self.tokenizer.pad_token_id or 0
+        for js in groups.values():
+            ens = self.alive[js[0]].teachers
+            sizes = [batches[j][1].input_ids.shape for j in js]
+            length = max(s[1] for s in sizes)
+            ids = torch.cat([pad_to(batches[j][1].input_ids, s[0], length, pad) for j, s in zip(js, sizes, strict=True)])
+            mask = torch.cat([pad_to(batches[j][1].attention_mask, s[0], length, 0) for j, s in zip(js, sizes, strict=True)])
+            outs = ens.encode(ids, mask)
+            start = 0
+            for j, (n, li) in zip(js, sizes, strict=True):
+                embs = tuple(o.emb[start:start + n] for o in outs)
+                local = tuple(o.local[start:start + n, : li - 1] for o in outs)
+                out[j] = (embs, local)
+                start += n
+        return out
+
+    def train_step(self) -> dict[str, dict[str, torch.Tensor]]:
+        """One optimiser step of every member alive; returns each member's loss terms."""
+        step = self.step + 1
+        batches: list[tuple[str, Batch]] = []
+        for m in self.alive:
+            st = next(m.schedule)
+            idx = st.indices[self.rank :: self.world]  # DDP: in-batch negatives are per worker
+            batches.append((st.kind, m.data.batch(st.kind, idx, self.tokenize, self.device,
+                                                  teacher_columns=m.teacher_columns)))
+        poisoned = maybe_inject(step, [m.record.config_hash for m in self.alive])
+        rows = max(b.input_ids.shape[0] for _, b in batches)
+        length = max(b.input_ids.shape[1] for _, b in batches)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.stack([pad_to(b.input_ids, rows, length, pad) for _, b in batches])
+        mask = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
+        # Two dropout views of each sentence from one pass: rows 2i and 2i+1 are sentence i.
+        ids, mask = ids.repeat_interleave(2, dim=1), mask.repeat_interleave(2, dim=1)
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.amp
+                    else contextlib.nullcontext())
+        all_terms: list[dict[str, torch.Tensor]] = []
+        with autocast:
+            cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
+            z = self.model.mlp(cls)
+            teach = self._teacher_outputs(batches)
+            total = cls.new_zeros(())
+            for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
+                n = b.input_ids.shape[0]
+                out = self.model.heads[j].heads_outputs(
+                    cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
+                    image=b.image if kind == "pair" else None, clip_text=b.clip_text)
+                teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
+                terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+                if m.record.config_hash in poisoned:
+                    terms["total"] = terms["total"] * float("nan")
+                all_terms.append(terms)
+                total = total + terms["total"]
+        # Backward is queued before the host reads the finite flags, so the GPU overlaps the wait;
+        # a member with a bad loss leaves before any weight changes.
+        total.backward()
+        if self.world > 1:
+            self._all_reduce_grads()
+        bad = self._non_finite(all_terms, step)
+        if bad:
+            self._drop(bad)
+            all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
+        if self.alive:
+            self.optimizer.clip()
+            self.optimizer.step()
+        self.optimizer.zero_grad()
+        for m, terms in zip(self.alive, all_terms, strict=True):
+            m.record.add_terms(terms)
+        self.step = step
+        return {m.key: t for m, t in zip(self.alive, all_terms, strict=True)}
+
+    def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
+        embs, local = (b.text_teachers, ()) if computed is None else computed
+        return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
+                             text_teacher_local=local if m.objective.use_g2l else ())
+
+    def _non_finite(self, all_terms: list[dict[str, torch.Tensor]], step: int) -> dict[int, str]:
+        """Members whose loss is NaN/inf -> their error line. One host sync for the whole array."""
+        names = [list(t) for t in all_terms]
+        flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks])
+        ok = torch.isfinite(flat)
+        if self.world > 1:  # every worker drops the same members
+            import torch.distributed as dist
+
+            ok = ok.to(torch.int32)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            ok = ok.bool()
+        ok_list, vals = ok.tolist(), flat.tolist()
+        out: dict[int, str] = {}
+        pos = 0
+        for j, ks in enumerate(names):
+            flags = ok_list[pos : pos + len(ks)]
+            if not all(flags):
+                bad = [k for k, good in zip(ks, flags, strict=True) if not good]
+                culprit = next((k for k in bad if k != "total"), "total")
+                value = vals[pos + ks.index(culprit)]
+                m = self.alive[j]
+                out[j] = (f"non-finite loss at step {step}: term {culprit!r} is {value} (config "
+                          f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
+                          "precision=fp32")
+            pos += len(ks)
+        return out
+
+    def _drop(self, bad: dict[int, str]) -> None:
+        for j, why in bad.items():
+            self.alive[j].record.error = why
+            self._failed_unreported.append(self.alive[j])
+        keep = [j for j in range(len(self.alive)) if j not in bad]
+        self.model.select(keep)
+        self.optimizer.select(keep, self.model.stacked_parameters())
+        self.alive = [self.alive[j] for j in keep]
+
+    def _all_reduce_grads(self) -> None:
+        import torch.distributed as dist
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        start = 0
+        for p, g in zip(params, grads, strict=True):
+            n = g.numel()
+            p.grad = flat[start : start + n].view_as(p).clone()
+            start += n
+
+    # --- evaluation -----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_dev(self) -> list[float]:
+        """STS-B dev Spearman x 100 of every member alive (no dropout), one pass for all."""
+        return self.dev.scores_many(lambda ids, mask: self.model.cls(ids, mask))
+
+    @property
+    def max_positions(self) -> int:
+        cfg = self.model.encoder.hf_config
+        roberta = cfg.model_type == "roberta"
+        n = cfg.max_position_embeddings - (cfg.pad_token_id + 1 if roberta else 0)
+        return min(n, self.tokenizer.model_max_length)
+
+    @torch.no_grad()
+    def encode_many(self, sentences: list[str]) -> torch.Tensor:
+        """(M, n, H) evaluation embeddings ([CLS] before the MLP) of every member alive; whole
+        sentences, as SentEval feeds them, cut only at the encoder's position limit."""
+        tok = self.tokenizer(list(sentences), padding=True, truncation=True,
+                             max_length=self.max_positions, return_tensors="pt")
+        return self.model.cls(tok["input_ids"].to(self.device),
+                              tok["attention_mask"].to(self.device)).float().cpu()
+
+    def _eval_and_report(self, report: Report, workdir: Path, epoch: int, t0: float) -> None:
+        metrics: dict[str, Any] = {"step": self.step, "epoch": epoch, "members": []}
+        lrs = self.optimizer.current_lrs()
+        scores = self.evaluate_dev() if self.rank == 0 else [math.nan] * len(self.alive)
+        for j, m in enumerate(self.alive):
+            mm = {"key": m.key, "lr": lrs[j], **m.record.pop_means()}
+            if self.rank == 0:
+                r = m.record
+                if scores[j] > r.best:
+                    r.best, r.best_step = scores[j], self.step
+                    r.best_state = self.model.member_state(j)
+                r.history.append({"step": self.step, "stsb_dev": scores[j]})
+                mm.update(stsb_dev=scores[j], best_stsb_dev=r.best, best_step=r.best_step,
+                          elapsed_s=time.time() - t0)
+            metrics["members"].append(mm)
+        if self.step in self.rungs and self.rank == 0:
+            metrics["members"] += self._halve(dict(zip([m.key for m in self.alive], scores, strict=True)))
+        metrics["members"] += self._failures()
+        ckpt_dir = None
+        if self.rank == 0:
+            ckpt_dir = workdir / f"ckpt-{self.step:07d}"
+            self.save_state(ckpt_dir)
+        report(metrics, ckpt_dir)
+
+    def _halve(self, scores: dict[str, float]) -> list[dict[str, Any]]:
+        """Successive halving at a rung: keep the best 1/eta of the groups by their mean dev
+        score (a configuration is judged on all its seeds), drop the rest from the array."""
+        by_group: dict[str, list[float]] = {}
+        for m in self.alive:
+            by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
+        ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
+        keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
+        out, drop = [], {}
+        for j, m in enumerate(self.alive):
+            if self.groups[m.key] not in keep:
+                m.record.pruned_at = self.step
+                drop[j] = m
+                out.append({"key": m.key, "pruned": 1, "step": self.step})
+        if drop:
+            keep_idx = [j for j in range(len(self.alive)) if j not in drop]
+            self.model.select(keep_idx)
+            self.optimizer.select(keep_idx, self.model.stacked_parameters())
+            self.alive = [self.alive[j] for j in keep_idx]
+        return out
+
+    def _failures(self) -> list[dict[str, Any]]:
+        out = [{"key": m.key, "failed": 1, "error": m.record.error} for m in self._failed_unreported]
+        self._failed_unreported = []
+        return out
+
+    # --- the run --------------------------------------------------------------------------
+    def fit(self, report: Report, workdir: Path) -> dict[str, dict[str, Any]]:
+        """Train every member to the end; returns key -> final metrics of the members that finished."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        self.model.train()
+        epoch = 0
+        while self.step < self.total_steps and self.alive:
+            epoch = self.alive[0].schedule.global_step // self.alive[0].schedule.steps_per_epoch
+            self.train_step()
+            if self.alive and (self.step % self.cfg.eval_every == 0 or self.step == self.total_steps):
+                self._eval_and_report(report, workdir, epoch, t0)
+        if self._failed_unreported:  # the last members left between evaluations
+            report({"step": self.step, "epoch": epoch, "members": self._failures()}, None)
+        return self.final_metrics() if self.cfg.final_eval and self.rank == 0 else {}
+
+    def final_metrics(self) -> dict[str, dict[str, Any]]:
+        """Seven STS tasks, average, alignment and uniformity of each member's best weights."""
+        if not self.alive:
+            return {}
+        for j, m in enumerate(self.alive):
+            if m.record.best_state is not None:
+                self.model.load_member_state(j, m.record.best_state)
+        results = evaluate_sts_many(self.encode_many, self.members[0].data.senteval_dir,
+                                    batch_size=self.cfg.eval_batch_size)
+        out = {}
+        for m, res in zip(self.alive, results, strict=True):
+            d = {f"test/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)}
+            d.update(best_stsb_dev=m.record.best, best_step=m.record.best_step, steps=self.step)
+            out[m.key] = d
+        return out
+
+    # --- checkpoint -----------------------------------------------------------------------
+    def save_state(self, path: Path) -> None:
+        """Everything a bit-exact resume needs: weights, optimiser, schedules, every RNG stream."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        members = {}
+        for m in self.members:
+            current = m.record.best_step == self.step and m in self.alive
+            members[m.key] = {
+                "record": m.record.bookkeeping(), "schedule": m.schedule.state_dict(),
+                "dropout": m.dropout.get_state(), "listmle": m.listmle.get_state(),
+                # When the best is the current model (the usual case at an eval), don't write
+                # the weights twice: a checkpoint of MiniLM shrinks by a quarter.
+                "best_state": None if current else m.record.best_state, "best_is_model": current,
+            }
+        state = {"keys": [m.key for m in self.members], "alive": [m.key for m in self.alive],
+                 "step": self.step, "model": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "members": members}
+        torch.save(state, tmp / "state.pt")
+        tmp.rename(path)
+
+    def load_state(self, path: Path) -> None:
+        state = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
+        mine = {m.key: m.record.config_hash for m in self.members}
+        theirs = {k: v["record"]["config_hash"] for k, v in state["members"].items()}
+        if mine != theirs:
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            raise ValueError(
+                f"checkpoint {path} belongs to another array (members {diff[:3]} differ); resume "
+                "with the members and configs that wrote it"
+            )
+        alive = set(state["alive"])
+        keep = [j for j, m in enumerate(self.alive) if m.key in alive]
+        if len(keep) != len(self.alive):
+            self.model.select(keep)
+            self.optimizer.select(keep, self.model.stacked_parameters())
+            self.alive = [self.alive[j] for j in keep]
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        for j_m in self.members:
+            s = state["members"][j_m.key]
+            j_m.record.restore(s["record"])
+            j_m.schedule.load_state_dict(s["schedule"])
+            j_m.dropout.set_state(s["dropout"])
+            j_m.listmle.set_state(s["listmle"])
+            j_m.record.best_state = s["best_state"]
+        for j, m in enumerate(self.alive):
+            if state["members"][m.key]["best_is_model"]:
+                m.record.best_state = self.model.member_state(j)
+
+    def export_best(self, root: Path) -> dict[str, Path]:
+        """Each finished member's best student as a Hugging Face / sentence-transformers folder."""
+        students: dict[StudentConfig, Student] = {}
+        out = {}
+        for j, m in enumerate(self.alive):
+            sc = self.student_configs[self.members.index(m)]
+            if sc not in students:
+                students[sc] = Student(sc)
+            student = students[sc]
+            best = m.record.best_state or self.model.member_state(j)
+            state = {**{f"encoder.{k}": v for k, v in best["encoder"].items()},
+                     **{f"mlp.{k}": v for k, v in best["mlp"].items()}, **best["heads"]}
+            missing, unexpected = student.load_state_dict(state, strict=False)
+            if unexpected or any(not k.startswith("encoder.pooler.") for k in missing):
+                raise RuntimeError(f"member {m.key}: weights do not fit the student "
+                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+            out[m.key] = student.save_pretrained(root / slug(m.key) / "model")
+        return out
+
+
+def write_final(path: Path, finals: dict[str, dict[str, Any]], failed: dict[str, str],
+                step: int) -> None:
+    """The record of a finished array: a resumed run re-reports it instead of training again."""
+    (path / FINAL_FILE).write_text(
+        json.dumps({"final": finals, "failed": failed, "step": step}, sort_keys=True))
+
+
+def read_final(path: Path) -> dict[str, Any] | None:
+    f = Path(path) / FINAL_FILE
+    return json.loads(f.read_text()) if f.is_file() else None
+

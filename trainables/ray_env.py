@@ -1,0 +1,58 @@
+"""The driver's side of Ray: start or join a cluster, name storage, read a remote error.
+
+Used by whatever starts runs (``orchestrator``, ``python -m trainables.train``,
+``trainables.extract``); the workers' side is ``trainables.train``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def storage_uri(path: str) -> str:
+    """Absolute local folder, or a URI (s3://, gs://, ...) passed through untouched."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
+def cluster_has_gpu() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_driver: bool = True):
+    """Join a cluster (``address``) or start a light embedded Ray (docs/ecosystem-notes.md)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    # Tune's new console output prints its config box and a TensorBoard hint even at verbose=0;
+    # the legacy reporter honours it, and our callback prints the live view.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    if ray.is_initialized():
+        return
+    # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
+    # dashboard) would drown the dev curve the run prints; errors still come through.
+    quiet = ray.LoggingConfig(log_level="ERROR")
+    if address:
+        ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
+        return
+    ray.init(
+        # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
+        address="local",
+        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
+        object_store_memory=200 * 2**20, logging_config=quiet,
+        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+    )
+
+
+def root_cause(err: BaseException) -> str:
+    """The last ``SomeError: message`` line of a (remote) traceback, e.g. a NonFiniteLoss."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ": " in ln and ln.split(": ", 1)[0].rsplit(".", 1)[-1]
+              .endswith(("Error", "Loss", "Exception"))]
+    last = errors[-1] if errors else (lines[-1] if lines else repr(err))
+    head, _, msg = last.partition(": ")
+    return f"{head.rsplit('.', 1)[-1]}: {msg}"[:500] if msg else last[:500]
