@@ -89,3 +89,34 @@ class Reaper:
         free_placement_groups(ids)
         self.freed += len(ids)
         return len(ids)
+
+
+def cleanup_callback(verbose: bool = True):
+    """A Tune callback that frees the placement groups of finished, failed and lost runs."""
+    from ray.tune import Callback
+
+    class PlacementCleanup(Callback):
+        def __init__(self) -> None:
+            self.groups: dict[str, set[str]] = {}
+            self.reap = Reaper()
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if result.get("placement_group"):
+                self.groups.setdefault(trial.trial_id, set()).add(result["placement_group"])
+
+        def on_step_end(self, iteration, trials, **info):
+            # Runs whose controller died (a stopped trial, a node that left) keep their groups;
+            # unreleased, they starve every later trial. Freeing a stopped trial's group directly
+            # would race its dying controller into asking for a new one.
+            if self.reap() and verbose:
+                print(f"  released placement groups of stopped or lost runs ({self.reap.freed} "
+                      "so far)", flush=True)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            if (trial.last_result or {}).get("final"):  # the run ended itself
+                free_placement_groups(self.groups.pop(trial.trial_id, ()))
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            free_placement_groups(self.groups.pop(trial.trial_id, ()))
+
+    return PlacementCleanup()

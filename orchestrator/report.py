@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,11 @@ def grid_spec(grid) -> dict[str, Any]:
     }
 
 
-def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any],
-                 outdir: Path) -> tuple[tables.TableAnalysis, str]:
-    """Analyse the parent's children, write md/csv/png to ``outdir`` and to the parent run."""
+def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir: Path,
+                 extra_md: str = "") -> tuple[tables.TableAnalysis, str, str | None]:
+    """Analyse the parent's children and write report.md/csv/png to ``outdir``, then upload them
+    to the parent run. -> (analysis, markdown, None or why the upload failed): the files on disk
+    and the printed table never depend on the upload."""
     ok, failed = tracker.scores(parent_id)
     results = {c: ok.get(c, {}) for c in spec["cells"]}
     analysis = tables.analyze(
@@ -44,7 +45,7 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any],
     )
     md = tables.to_markdown(analysis)
     if failed:
-        md += "\n\nFailed trials:\n" + "\n".join(
+        md += "\n\nFailed runs:\n" + "\n".join(
             f"- {cell} seed {seed}: {why}" for cell, seeds in failed.items()
             for seed, why in sorted(seeds.items()))
     if spec.get("note"):
@@ -53,16 +54,20 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any],
         md += ("\nDemo profile: the published numbers come from the papers' setting (BERT-base, "
                "Wiki1M + Flickr30k, real STS); on the generated demo corpus the gap column shows "
                "that the pipeline runs, not parity.\n")
+    md += extra_md
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "report.md").write_text(md)
     (outdir / "report.csv").write_text(tables.to_csv(analysis))
     kind = spec["plot"] if spec["plot"] == "sweep" and spec["x"] else "bars"
     plots.to_png(analysis, outdir / "report.png", kind=kind,
-                  x=spec["x"] if kind == "sweep" else None, xlabel=spec.get("xlabel"))
-    for name in ("report.md", "report.csv", "report.png"):
-        tracker.log_artifact_file(parent_id, outdir / name)
-    _log_summary(tracker, parent_id, analysis, spec)
-    return analysis, md
+                 x=spec["x"] if kind == "sweep" else None, xlabel=spec.get("xlabel"))
+    try:
+        for name in ("report.md", "report.csv", "report.png"):
+            tracker.log_artifact_file(parent_id, outdir / name)
+        _log_summary(tracker, parent_id, analysis, spec)
+    except Exception as e:  # an unwritable artifact store must not hide the finished table
+        return analysis, md, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    return analysis, md, None
 
 
 def _log_summary(tracker: Tracker, parent_id: str, a: tables.TableAnalysis, spec) -> None:
@@ -106,11 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="mmemb-report-"))
-    _, md = build_report(tracker, args.run, spec, out)
+    out = Path(args.out) if args.out else report_dir(tracker, spec["name"], args.run)
+    _, md, upload_error = build_report(tracker, args.run, spec, out)
     print(md)
     print(f"\nreport files: {out}")
+    if upload_error:
+        print(f"error: could not upload the report to MLflow ({upload_error})", file=sys.stderr)
+        return 1
     return 0
+
+
+def report_dir(tracker: Tracker, name: str, parent_id: str) -> Path:
+    """Beside the MLflow store: ``<store folder>/reports/<name>-<run id prefix>``."""
+    uri = tracker.uri
+    root = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else Path.cwd()
+    return root / "reports" / f"{name}-{parent_id[:8]}"
 
 
 if __name__ == "__main__":

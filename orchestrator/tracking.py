@@ -107,6 +107,17 @@ class Tracker:
         return {r.data.tags[f"{TAG}trial"]: r.info.run_id for r in self.children(parent_id)
                 if r.info.status != "FINISHED" and f"{TAG}trial" in r.data.tags}
 
+    def member_results(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        """trial key -> {"status", "metrics" (latest values), "stopped", "error"} of every child."""
+        out = {}
+        for r in self.children(parent_id):
+            t = r.data.tags
+            if f"{TAG}trial" in t:
+                out[t[f"{TAG}trial"]] = {"status": r.info.status, "metrics": dict(r.data.metrics),
+                                        "stopped": f"{TAG}stopped" in t,
+                                        "error": t.get(f"{TAG}error") or None}
+        return out
+
     def reopen_child(self, run_id: str) -> str:
         self.client.update_run(run_id, status="RUNNING")
         self.client.set_tag(run_id, f"{TAG}error", "")
@@ -115,12 +126,19 @@ class Tracker:
     def start_child(self, parent_id: str, trial: Mapping[str, Any]) -> str:
         from mlflow.entities import Param
 
-        run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags={
+        tags = {
             "mlflow.parentRunId": parent_id, f"{TAG}trial": trial["key"],
             f"{TAG}grid": trial["grid"], f"{TAG}cell": trial["cell"],
             f"{TAG}seed": str(trial["seed"]), f"{TAG}config_hash": trial["config_hash"],
             **git_state(),
-        })
+        }
+        if trial.get("array"):  # the array it trained in (one Ray Train run)
+            tags[f"{TAG}array"] = trial["array"]
+        if trial.get("group"):
+            tags[f"{TAG}group"] = trial["group"]
+        if trial.get("objective"):  # the method's effective settings, as the loss used them
+            tags[f"{TAG}objective"] = json.dumps(trial["objective"], sort_keys=True)[:7900]
+        run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags=tags)
         params = [Param(k, str(v)[:6000]) for k, v in flat_params(trial["run"]).items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(run.info.run_id, params=params[i : i + 100])

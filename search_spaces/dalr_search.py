@@ -1,13 +1,8 @@
 """DALR search: lambda (log), mu, one angular margin (m1 = m2) and the text-teacher combination."""
 
-from orchestrator.grids import (
-    ALPHA_PARAM,
-    TEACHER_PARAM,
-    FloatRange,
-    SearchSpace,
-    check_choices,
-)
+from orchestrator.spaces import FloatRange, SearchSpace, check_choices
 from search_spaces._common import DALR, MCSE
+from trainables.profiles import ALPHA_PARAM, TEACHER_PARAM
 
 LAM = FloatRange("objective.lam", 1e-2, 1.0, log=True)  # code: 0.1
 MU = FloatRange("objective.mu", 0.05, 1.0)  # code: 0.2

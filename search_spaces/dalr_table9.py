@@ -1,7 +1,8 @@
 """DALR Table 9: image teacher (CLIP or ResNet) x text teachers, BERT-base, wiki+flickr (STS Avg)."""
 
-from orchestrator.grids import Cell, Grid, teacher_overrides
+from orchestrator.grids import Cell, Grid
 from search_spaces._common import DALR
+from trainables.profiles import teacher_overrides
 
 TEXT = {  # paper label -> teacher combination ("simcse+diffcse" is the profile's default pair)
     "SimCSE": "simcse", "DiffCSE": "diffcse", "CLIP": "clip",

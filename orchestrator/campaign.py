@@ -1,0 +1,233 @@
+"""One campaign runner for tables and searches: Ray, MLflow, Tune, the arrays, the report.
+
+``run_table(campaign, options, array_keys)`` is what ``orchestrator.ablate`` does after parsing
+its arguments; ``orchestrator.search`` opens a :class:`Session` itself, runs its rounds and its
+confirmation through ``Session.run``, and closes it the same way. A session owns, in order:
+
+1. the resource check against this machine (before Ray starts, when no cluster is named);
+2. the MLflow store (an unreachable server stops everything here, before Ray starts);
+3. Ray (embedded, or joined with ``--address``), the GPU default, the wait for an autoscaling
+   cluster's workers and the concurrency;
+4. the parent run (a new one, or with ``--resume`` the latest of the same plan) and the offline
+   journal that keeps results when MLflow stops answering mid-run;
+5. per ``run``: the members still to train, packed into arrays, as one Tune experiment whose
+   callbacks mirror every member into MLflow, print the live view and free placement groups;
+6. the report, written beside the MLflow store and uploaded to the parent; a failed upload never
+   hides the table: it is printed, kept on disk, and the parent says what failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.plan import MemberPlan, TrialPlan, pack
+from orchestrator.resources import TRIAL_DRIVER_RESOURCES, Resources, wait_for_resources
+
+
+@dataclass(frozen=True)
+class Options:
+    """The command line's campaign settings (``orchestrator.cli``)."""
+
+    profile: str | None = None
+    address: str | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float | None = None
+    """None: 1 GPU per trial when the cluster has GPUs, else 0"""
+    max_concurrent: int | None = None
+    max_failures: int = 1
+    tracking_uri: str | None = None
+    storage: str = "runs"
+    wait_for_workers: float = 900.0
+    resume: bool = False
+    array_size: int | None = None
+    """members per array; None ('auto'): as few arrays as the devices allow"""
+    keep_checkpoints: bool = False
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """What a session runs and how its parent run is named and tagged."""
+
+    kind: str
+    """'table' or 'search'"""
+    name: str
+    """the grid or search space"""
+    parent_name: str
+    plan_id: str
+    members: tuple[MemberPlan, ...]
+    spec: Mapping[str, Any]
+    """the report's spec (``orchestrator.report.grid_spec``), stored on the parent as grid.json"""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What one ``Session.run`` gave: per member key, final scores, failures, pruning steps."""
+
+    finals: dict[str, dict[str, Any]]
+    failures: dict[str, str]
+    pruned: dict[str, int]
+    best_dev: dict[str, float] = field(default_factory=dict)
+    """best STS-B dev of every member that reported one (pruned members included)"""
+    interrupted: bool = False
+
+
+def local_resources() -> dict[str, float]:
+    """This machine, as the embedded Ray will see it."""
+    import torch
+
+    return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+
+
+class Session:
+    def __init__(self, campaign: Campaign, opts: Options, array_keys: Mapping[str, str]):
+        from orchestrator.outbox import Outbox
+        from orchestrator.tracking import Tracker
+        from trainables.ray_env import init_ray, storage_uri
+
+        self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
+        if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
+            Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0).check_fits(
+                local_resources(), "this machine")
+        self.storage = storage_uri(opts.storage)
+        self.tracker = Tracker(opts.tracking_uri)
+        init_ray(opts.address, log_to_driver=False)
+        import ray
+
+        gpus = opts.gpus_per_trial
+        if gpus is None:
+            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        self.resources = Resources(opts.cpus_per_trial, gpus, opts.max_concurrent)
+        if opts.address:
+            wait_for_resources(self.resources, opts.wait_for_workers)
+        else:
+            self.resources.check_fits(ray.cluster_resources(), "the local Ray")
+        self.autoscaling = bool(opts.address)
+        self.slots = self.resources.concurrency(ray.cluster_resources(), self.autoscaling)
+        self.parent, self.resumed = self.tracker.start_parent(
+            campaign.parent_name, campaign.kind, campaign.plan_id, dict(campaign.tags),
+            resume=opts.resume)
+        local = Path(self.storage if "://" not in self.storage else "runs").resolve()
+        self.outbox = Outbox(self.tracker, local / f"mlflow-outbox-{campaign.plan_id}.jsonl")
+
+    # --- running ---------------------------------------------------------------------------
+    def run(self, members: Sequence[MemberPlan], experiment: str,
+            halving: tuple[tuple[int, ...], float] | None = None) -> Outcome:
+        """Train the members not yet finished under this parent, as arrays, in one Tune run."""
+        from ray import tune
+
+        from orchestrator.live import LiveView
+        from orchestrator.mirror import MlflowMirror
+        from orchestrator.placement import cleanup_callback
+        from orchestrator.trial import trial_fn
+
+        done = self.tracker.finished_trials(self.parent)
+        todo = [m for m in members if m.key not in done]
+        if not todo:
+            return Outcome({}, {}, {})
+        opts = self.opts
+        # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
+        # Train checkpoint) whenever none of its members finished.
+        trials = [t for t in (
+            p.without(done) for p in pack(members, self.array_keys, self.campaign.name,
+                                          self.storage, opts.cpus_per_trial,
+                                          self.resources.gpus_per_trial, opts.max_failures,
+                                          opts.array_size, self.slots, opts.keep_checkpoints,
+                                          halving)) if t is not None]
+        sizes = sorted({len(t.members) for t in trials})
+        print(f"{len(todo)} runs in {len(trials)} array{'s' * (len(trials) != 1)} of "
+              f"{'-'.join(map(str, sizes))} member{'s' * (sizes[-1] != 1)}, up to "
+              f"{min(self.slots, len(trials))} at once", flush=True)
+        mirror = MlflowMirror(self.outbox, self.parent, self.tracker.unfinished_trials(self.parent))
+        tuner = tune.Tuner(
+            tune.with_resources(trial_fn, TRIAL_DRIVER_RESOURCES),
+            param_space={"trial": tune.grid_search(trials)},
+            tune_config=tune.TuneConfig(max_concurrent_trials=self.slots,
+                                        trial_dirname_creator=_dirname),
+            run_config=tune.RunConfig(
+                name=experiment, storage_path=self.storage, verbose=0,
+                callbacks=[mirror, LiveView(trials), cleanup_callback()],
+                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+            ),
+        )
+        tuner.fit()
+        ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
+        return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
+                       interrupted=any(m.key not in ended for m in todo))
+
+    # --- the end ---------------------------------------------------------------------------
+    def finish(self, spec: Mapping[str, Any], extra_md: str = "") -> int:
+        """Write the report (or say why not), end the parent, print where everything is."""
+        from orchestrator.report import build_report, report_dir
+
+        if self.outbox.offline:
+            print(f"\nMLflow stopped answering during the run; {self.outbox.kept} results are kept "
+                  f"in {self.outbox.journal}.\nWhen it is back, upload them with:\n  "
+                  f"{self.outbox.upload_command()}\nthen render the report with:\n  python -m "
+                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
+                  file=sys.stderr)
+            return 3
+        outdir = report_dir(self.tracker, self.campaign.name, self.parent)
+        analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec), outdir,
+                                                  extra_md=extra_md)
+        complete = all(s.complete for s in analysis.status.values())
+        print("\n" + md)
+        print(f"\nreport: {outdir}/report.md")
+        if upload_error:
+            self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
+            self.tracker.end(self.parent, "FAILED")
+            print(f"error: the report could not be stored in MLflow ({upload_error}); it is in "
+                  f"{outdir}. Upload it again with: python -m orchestrator.report --run "
+                  f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
+            return 1
+        self.tracker.end(self.parent, "FINISHED" if complete else "FAILED")
+        print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
+              "(then http://127.0.0.1:5000)")
+        if not complete:
+            print("some runs failed; run the same command with --resume to run only those",
+                  file=sys.stderr)
+            return 1
+        return 0
+
+    def interrupted(self) -> int:
+        self.tracker.end(self.parent, "KILLED")
+        print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
+              "same command with --resume to continue from the last checkpoints", file=sys.stderr)
+        return 130
+
+
+def _dirname(trial) -> str:
+    return trial.config["trial"].name + f"-{trial.trial_id[-5:]}"
+
+
+def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) -> int:
+    """A paper table: every member, then the report."""
+    import json
+
+    s = Session(campaign, opts, array_keys)
+    if not s.resumed:
+        s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(dict(campaign.spec), indent=1))
+    done = s.tracker.finished_trials(s.parent)
+    print(f"{campaign.spec.get('title', campaign.name)}\n{len(campaign.members)} runs, "
+          f"{sum(1 for m in campaign.members if m.key in done)} already done")
+    print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+    out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
+    if out.interrupted:
+        return s.interrupted()
+    return s.finish(campaign.spec)
+
+
+def describe(trials: Sequence[TrialPlan]) -> str:
+    """The dry run's listing: every array, its members and what it asks for."""
+    lines = []
+    for t in trials:
+        res = f"{t.cpus:g} CPU" + (f" + {t.gpus:g} GPU" if t.gpus else "")
+        lines.append(f"{t.label}  [{res} per worker, {t.members[0].run.num_workers} worker(s)]")
+        for m in t.members:
+            lines.append(f"  {m.key:<36s} {m.run.objective.method:<7s} {m.config_hash}")
+    return "\n".join(lines)

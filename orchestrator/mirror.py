@@ -1,0 +1,121 @@
+"""A Tune callback that mirrors every member of every array into its own MLflow child run.
+
+All MLflow writes happen here, in the driver (trial processes never open the store, so a sqlite
+store has one writer), and go through an ``Outbox`` that keeps them on disk if MLflow stops
+answering. Each report of an array carries ``members``: one entry per member, which lands in that
+member's child run: dev curve and loss terms at their step, and on the last report the test
+scores, the checkpoint of its best weights, and FINISHED; a member that left the array (a NaN
+loss) ends FAILED with its step and term; one pruned by a search's successive halving ends
+FINISHED with an ``mmemb.stopped`` tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from orchestrator.outbox import Outbox
+from orchestrator.plan import MemberPlan, TrialPlan
+from orchestrator.tracking import TAG
+
+
+def member_record(m: MemberPlan, trial: TrialPlan) -> dict[str, Any]:
+    """What MLflow records of a member at its start (plain JSON: the offline journal keeps it)."""
+    return {"key": m.key, "cell": m.cell, "seed": m.seed, "run": m.run.to_dict(),
+            "config_hash": m.config_hash, "run_name": m.run_name, "grid": trial.campaign,
+            "array": trial.name, "group": m.group,
+            "objective": m.run.objective.get_config_dict()}
+
+
+class MlflowMirror(Callback):
+    def __init__(self, outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | None = None):
+        self.outbox, self.parent = outbox, parent_id
+        self.reuse = dict(reuse or {})
+        self.runs: dict[str, str] = {}
+        self.ended: set[str] = set()
+        self.finals: dict[str, dict[str, Any]] = {}
+        """member key -> its last report entry (test scores), for members that finished"""
+        self.failures: dict[str, str] = {}
+        self.pruned: dict[str, int] = {}
+        self.best_dev: dict[str, float] = {}
+        """member key -> best STS-B dev so far (a pruned member's value in a search)"""
+
+    def _child(self, trial_plan: TrialPlan, m: MemberPlan) -> str:
+        if m.key not in self.runs:  # once per member, even across Tune retries
+            self.runs[m.key] = self.outbox.start_child(
+                self.parent, member_record(m, trial_plan), reuse=self.reuse.pop(m.key, None))
+        return self.runs[m.key]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        plan: TrialPlan = trial.config["trial"]
+        for m in plan.members:
+            self._child(plan, m)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        plan: TrialPlan = trial.config["trial"]
+        by_key = {m.key: m for m in plan.members}
+        for entry in result.get("members", []):
+            key = entry.get("key")
+            if key not in by_key or key in self.ended:
+                continue
+            run = self._child(plan, by_key[key])
+            if entry.get("failed"):
+                self._end(run, key, "FAILED", error=entry.get("error") or "failed")
+                continue
+            if "best_stsb_dev" in entry:
+                self.best_dev[key] = float(entry["best_stsb_dev"])
+            metrics = {**entry, "step": entry.get("step", result.get("step", 0))}
+            if result.get("final"):
+                metrics["final"] = 1
+            self.outbox.log_result(run, metrics)
+            if entry.get("pruned"):
+                self.pruned[key] = int(entry["step"])
+                self.outbox.set_tag(run, f"{TAG}stopped",
+                                    f"pruned by successive halving at step {entry['step']}")
+                self._end(run, key, "FINISHED")
+            elif result.get("final"):
+                if result.get("checkpoint_path") and entry.get("model"):
+                    self.outbox.set_tag(run, f"{TAG}checkpoint",
+                                        str(Path(result["checkpoint_path"]) / entry["model"]))
+                if result.get("node_id"):
+                    self.outbox.set_tag(run, f"{TAG}node", str(result["node_id"]))
+                self.finals[key] = entry
+                self._end(run, key, "FINISHED")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        plan: TrialPlan = trial.config["trial"]
+        for m in plan.members:  # a report the driver never saw: not silently a success
+            if m.key not in self.ended:
+                self._end(self._child(plan, m), m.key, "FAILED",
+                          error="the run ended without reporting this member's final scores")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        plan: TrialPlan = trial.config["trial"]
+        reason = trial_error(trial)
+        for m in plan.members:
+            if m.key not in self.ended:
+                self._end(self._child(plan, m), m.key, "FAILED", error=reason)
+
+    def _end(self, run: str, key: str, status: str, error: str | None = None) -> None:
+        if error is not None:
+            self.outbox.set_tag(run, f"{TAG}error", error)
+            self.failures[key] = error
+        self.outbox.end(run, status)
+        self.ended.add(key)
+
+
+def trial_error(trial) -> str:
+    """The one-line reason of a failed trial, from Tune's error file."""
+    from trainables.ray_env import root_cause
+
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        text = Path(path).read_text() if path else ""
+    except OSError:
+        text = ""
+    if "TrialFailed: " in text:  # our own one-line reason, inside Tune's traceback
+        return text.split("TrialFailed: ", 1)[1].splitlines()[0].strip()[:500]
+    return root_cause(RuntimeError(text)) if text else "trial failed (see the Ray logs)"
