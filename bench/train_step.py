@@ -55,11 +55,11 @@ import numpy as np
 import torch
 
 from trainables import loop as loop_mod
-from trainables.composition import ObjectiveConfig, TeacherInputs, compute_objective
 from trainables.config import RunConfig
 from trainables.data import Batch
 from trainables.evaluation import cosine_rows, spearman100
 from trainables.model import Student, StudentConfig
+from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective
 from trainables.teachers import TextTeacher
 from trainables.testing import WORDS, write_bert_tokenizer
 

@@ -3,9 +3,9 @@
 Why: a grid row or an ablation should state only what it changes, and every method's total should
 be reproducible from named terms. ``ObjectiveConfig.resolved()`` fills the official code's values
 per method and rejects nonsense; ``compute_objective`` returns every term it computed and
-``"total"``. Terms come from ``trainables.objectives`` (which re-exports everything here).
+``"total"``. The terms come from the sibling modules core, kdmcse and dalr.
 
-Totals (code reading, default; methods.md §2.2, §3.2.2, §4.2):
+Totals (code reading, default; docs/official-code.md §4.2, §5.3, §6.3):
 
 - text-only batch (``teacher=None``), every method: total = text, where text is the SimCSE
   InfoNCE on z1 -> z2, with the fixed angular margin m1 (``text_margin``) for kdmcse and dalr.
@@ -16,7 +16,7 @@ Totals (code reading, default; methods.md §2.2, §3.2.2, §4.2):
 - dalr pair batch: total = text + lam * cross + mu * intra,
   cross = consistency_weight * consistency + cma + info,  intra = ima + rank + g2l.
 
-``paper_reading=True`` changes exactly this (papers.md):
+``paper_reading=True`` changes exactly this (docs/official-code.md §8):
 
 - mcse: the two dropout views are summed in each grounding term (paper l^M), not averaged.
 - kdmcse: inter = (grounding_image + grounding_text) / 2 (Eq. 14), and the grounding logits use
@@ -38,9 +38,13 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.objectives import (
+from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
+    diagonal_cross_entropy,
+    frozen_cosine,
+)
+from trainables.objectives.dalr import (
     dalr_cma_loss,
     dalr_consistency_loss,
     dalr_global_local_loss,
@@ -48,11 +52,9 @@ from trainables.objectives import (
     dalr_teacher_embedding,
     dalr_teacher_local,
     dalr_teacher_scores,
-    diagonal_cross_entropy,
-    frozen_cosine,
-    kdmcse_grounding_terms,
     listmle_loss,
 )
+from trainables.objectives.kdmcse import kdmcse_grounding_terms
 
 METHODS = ("simcse", "mcse", "kdmcse", "dalr")
 _LAM = {"simcse": 0.0, "mcse": 0.01, "kdmcse": 0.01, "dalr": 0.1}
