@@ -28,6 +28,8 @@ Totals (code reading, default; docs/official-code.md §4.2, §5.3, §6.3):
 
 A switched-off term is absent from the dict and from the total. DALR with an empty
 ``text_teacher_local`` reports g2l = 0. Teacher tensors are detached and used in at least float32.
+
+``ObjectiveConfig.get_config_dict()`` lists the settings a config really uses for its method.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -188,6 +191,67 @@ class ObjectiveConfig:
 
     def replace(self, **changes) -> ObjectiveConfig:
         return dataclasses.replace(self, **changes)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """The effective settings of this objective: resolved, and only what the method uses.
+
+        Like sentence-transformers' ``loss.get_config_dict()``: a description for a model card,
+        run params or a comparison. Defaults are filled in (``resolved``; ValueError likewise),
+        settings the method or a switched-off term ignores are left out, and the margin is
+        reported as it acts: ``adaptive_margin`` is True only when AdapACSE runs (on and
+        ``grounding_margin > 0``), and ``grounding_margin`` appears only then. So two configs
+        that compute the same objective give the same dict (kdmcse's default and an explicit
+        ``grounding_margin=0.15`` do), and a dict names no knob that would change nothing.
+        """
+        c = self.resolved()
+        out: dict[str, Any] = {
+            "method": c.method, "temperature": c.temperature, "text_margin": c.text_margin,
+        }
+        if c.method == "simcse":  # text InfoNCE only, on every batch
+            return out
+        if c.method == "dalr":
+            return {**out, **c._dalr_settings()}
+        out.update(lam=c.lam, temperature_vl=c.temperature_vl, **c._margin_settings(),
+                   clip_text_term=c.clip_text_term)
+        if c.threshold is not None:
+            out.update(threshold=c.threshold, threshold_on=c.threshold_on)
+        out["paper_reading"] = c.paper_reading
+        return out
+
+    def _margin_settings(self) -> dict[str, Any]:
+        if self.adaptive_margin and self.grounding_margin > 0:
+            return {"adaptive_margin": True, "grounding_margin": self.grounding_margin}
+        return {"adaptive_margin": False}
+
+    def _dalr_settings(self) -> dict[str, Any]:
+        paper = self.paper_reading
+        names = ("consistency", "cma", "info", "ima", "rank") + (() if paper else ("g2l",))
+        on = {n: getattr(self, f"use_{n}") for n in names}
+        out: dict[str, Any] = {f"use_{n}": v for n, v in on.items()}
+        # lam and mu weigh brackets (module docstring); info leaves lam's bracket in the paper
+        if any(on[n] for n in ("consistency", "cma") + (() if paper else ("info",))):
+            out["lam"] = self.lam
+        if any(on.get(n) for n in ("ima", "rank", "g2l")):
+            out["mu"] = self.mu
+        out["paper_reading"] = paper
+        if on["consistency"]:
+            if not paper:
+                out["consistency_weight"] = self.consistency_weight
+            out.update(consistency_margin=self.consistency_margin,
+                       consistency_shift=self.consistency_shift)
+        if on["info"]:
+            out.update(temperature_vl=self.temperature_vl, **self._margin_settings())
+        if on["cma"] or on["ima"]:
+            out.update(kl_student_temperature=self.kl_student_temperature,
+                       kl_teacher_temperature=self.kl_teacher_temperature)
+        if on["rank"]:
+            out.update(teacher_temperature=self.teacher_temperature, rank_gamma=self.rank_gamma,
+                       rank_eps=self.rank_eps)
+        if on.get("g2l"):
+            out["g2l_normalize"] = self.g2l_normalize
+        if any(on.get(n) for n in ("cma", "ima", "rank", "g2l")):
+            out["teacher_weights"] = self.teacher_weights
+        return out
 
 
 @dataclass

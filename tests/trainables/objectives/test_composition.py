@@ -5,6 +5,7 @@ Every total is rebuilt from the loop references (tests/trainables/objectives/ref
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -347,3 +348,91 @@ def test_float32_and_autocast_run():
 
 
 
+
+# ====================================================================== get_config_dict
+def test_config_dict_kdmcse():
+    d = ObjectiveConfig(method="kdmcse").get_config_dict()
+    assert d == {
+        "method": "kdmcse", "temperature": 0.05, "text_margin": 0.15, "lam": 0.01,
+        "temperature_vl": 0.05, "adaptive_margin": True, "grounding_margin": 0.15,
+        "clip_text_term": True, "paper_reading": False,
+    }
+    explicit = ObjectiveConfig(
+        method="kdmcse", grounding_margin=0.15, text_margin=0.15, lam=0.01, clip_text_term=True
+    )
+    assert explicit.get_config_dict() == d
+    on = ObjectiveConfig(method="kdmcse", threshold=0.8).get_config_dict()
+    assert (on["threshold"], on["threshold_on"]) == (0.8, "dot")
+    assert ObjectiveConfig(method="kdmcse", paper_reading=True).get_config_dict()["paper_reading"]
+    # without AdapACSE the grounding margin acts as 0 and is not named
+    off = ObjectiveConfig(method="kdmcse", adaptive_margin=False).get_config_dict()
+    assert off["adaptive_margin"] is False and "grounding_margin" not in off
+    assert off == ObjectiveConfig(method="kdmcse", grounding_margin=0.0).get_config_dict()
+
+
+def test_config_dict_mcse_and_simcse():
+    d = ObjectiveConfig(method="mcse").get_config_dict()
+    assert d == {
+        "method": "mcse", "temperature": 0.05, "text_margin": 0.0, "lam": 0.01,
+        "temperature_vl": 0.05, "adaptive_margin": False, "clip_text_term": False,
+        "paper_reading": False,
+    }
+    assert ObjectiveConfig(method="mcse", threshold_on="cosine").get_config_dict() == d
+    on = ObjectiveConfig(method="mcse", threshold=0.5, clip_text_term=True).get_config_dict()
+    assert (on["threshold"], on["threshold_on"], on["clip_text_term"]) == (0.5, "dot", True)
+    # simcse: the text InfoNCE only, so lam, the DALR switches and paper_reading change nothing
+    s = ObjectiveConfig(method="simcse", lam=0.3, use_rank=False, paper_reading=True)
+    assert s.get_config_dict() == {"method": "simcse", "temperature": 0.05, "text_margin": 0.0}
+
+
+def test_config_dict_dalr():
+    d = ObjectiveConfig(method="dalr").get_config_dict()
+    assert d == {
+        "method": "dalr", "temperature": 0.05, "text_margin": 0.18,
+        "use_consistency": True, "use_cma": True, "use_info": True, "use_ima": True,
+        "use_rank": True, "use_g2l": True, "lam": 0.1, "mu": 0.2, "paper_reading": False,
+        "consistency_weight": 0.01, "consistency_margin": 0.2, "consistency_shift": 5,
+        "temperature_vl": 0.05, "adaptive_margin": True, "grounding_margin": 0.18,
+        "kl_student_temperature": 0.45, "kl_teacher_temperature": 0.5,
+        "teacher_temperature": 0.05, "rank_gamma": 1.0, "rank_eps": 1e-7,
+        "g2l_normalize": "tokens", "teacher_weights": (0.33, 0.67),
+    }
+    assert json.loads(json.dumps(d))["teacher_weights"] == [0.33, 0.67]  # loggable as is
+    # a switched-off term takes its settings along
+    no_cons = ObjectiveConfig(method="dalr", use_consistency=False).get_config_dict()
+    assert no_cons["use_consistency"] is False
+    assert not {"consistency_weight", "consistency_margin", "consistency_shift"} & set(no_cons)
+    # only L_Info left: no teacher, KL or ranking settings, and mu weighs nothing
+    info = ObjectiveConfig(
+        method="dalr", use_consistency=False, use_cma=False, use_ima=False, use_rank=False,
+        use_g2l=False,
+    ).get_config_dict()
+    assert info["lam"] == 0.1 and info["grounding_margin"] == 0.18
+    assert not {"teacher_weights", "kl_student_temperature", "rank_gamma", "mu"} & set(info)
+    # the paper reading has no g2l and an unweighted consistency term
+    paper = ObjectiveConfig(method="dalr", paper_reading=True).get_config_dict()
+    assert paper["paper_reading"] is True
+    assert not {"use_g2l", "g2l_normalize", "consistency_weight"} & set(paper)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ({"method": "kdmcse", "adaptive_margin": False}, {"method": "kdmcse", "grounding_margin": 0.0}),
+        ({"method": "mcse", "threshold_on": "cosine"}, {"method": "mcse"}),
+        ({"method": "simcse", "lam": 0.3}, {"method": "simcse"}),
+        ({"method": "dalr", "use_consistency": False, "consistency_margin": 0.5},
+         {"method": "dalr", "use_consistency": False}),
+        ({"method": "dalr", "paper_reading": True, "consistency_weight": 0.5, "use_g2l": False},
+         {"method": "dalr", "paper_reading": True}),
+    ],
+)
+def test_equal_config_dicts_compute_equal_objectives(a, b):
+    ca, cb = ObjectiveConfig(**a), ObjectiveConfig(**b)
+    assert ca != cb and ca.get_config_dict() == cb.get_config_dict()
+    st, te = batch(seed=25)
+    out_a, out_b = (
+        compute_objective(c, st, te, generator=torch.Generator().manual_seed(0)) for c in (ca, cb)
+    )
+    assert out_a.keys() == out_b.keys()
+    assert torch.equal(out_a["total"], out_b["total"])
