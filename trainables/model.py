@@ -1,6 +1,6 @@
 """The student: a BERT/RoBERTa encoder plus the small trainable heads of SimCSE, MCSE, KDMCSE and DALR.
 
-One ``nn.Module`` holds everything the optimiser trains (methods.md §0.1, §2.1, §3.1, §4.1):
+One ``nn.Module`` holds everything the optimiser trains (docs/official-code.md §2.1, §4.1, §5.1, §6.1):
 
 - ``encoder``: the Hugging Face ``AutoModel`` (its pretrained ``pooler`` is kept so the saved
   folder is a complete model, but it is unused, as in the official code, and frozen here);

@@ -1,6 +1,6 @@
 """DALR's frozen text teachers (SimCSE, DiffCSE, CLIP text, any encoder) and their precomputation.
 
-DALR (methods.md 4.1, 4.2 "Teacher quantities") runs two frozen sentence encoders on every
+DALR (docs/official-code.md §6.1-§6.2) runs two frozen sentence encoders on every
 caption batch: ``emb`` (pooled, (bs, d)) feeds S_T, F_T (L_rank, L_CMA, L_IMA) and ``local``
 (``last_hidden_state[:, 1:]``, (bs, L-1, d)) feeds the code-only global-local term. The weighted
 combination (S_T, F_T, Local_T) lives in :mod:`trainables.objectives.dalr`; this module only produces
