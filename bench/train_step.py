@@ -5,7 +5,7 @@ Issue 4 ("Fast on a GPU"). For each method and batch size, in one process, it ti
       CLIP features already on the device, text teachers in bf16, one host sync per step for the
       finite check; token ids copied host->device non-blocking, as ``TrainingData.batch`` does),
       plus ``Trainer.evaluate_dev`` every 125 steps (STS-B dev only, tokenised once);
-  (b) official-style (methods.md 0.2): fp32, unfused AdamW (foreach=False), fp32 teachers run on
+  (b) official-style (docs/official-code.md §2.3): fp32, unfused AdamW (foreach=False), fp32 teachers run on
       both dropout views, features copied host->device from NumPy each step, ``loss.item()`` each
       step, and SentEval's STS-B evaluation every 125 steps (train + dev + test, 8628 pairs, sorted
       by length, tokenised per batch of 128, fp32).
@@ -55,11 +55,11 @@ import numpy as np
 import torch
 
 from trainables import loop as loop_mod
-from trainables.composition import ObjectiveConfig, TeacherInputs, compute_objective
 from trainables.config import RunConfig
 from trainables.data import Batch
 from trainables.evaluation import cosine_rows, spearman100
 from trainables.model import Student, StudentConfig
+from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective
 from trainables.teachers import TextTeacher
 from trainables.testing import WORDS, write_bert_tokenizer
 
@@ -72,7 +72,7 @@ PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), 
 """Dense (no sparsity) bf16 peaks from NVIDIA's data sheets, matched in order in the device name."""
 TEACHER_DIRS = ("simcse", "DiffCSE")
 POOL_ROWS = 2048
-LR, ADAM_EPS, CLIP = 3e-5, 1e-6, 1.0  # official recipe (methods.md 0.2)
+LR, ADAM_EPS, CLIP = 3e-5, 1e-6, 1.0  # official recipe (docs/official-code.md §2.3)
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str,
 
 
 class OfficialStep:
-    """``train_mix.py``'s step as the official repos run it (methods.md 0.2, 4.1)."""
+    """``train_mix.py``'s step as the official repos run it (docs/official-code.md §2.3, §6.1)."""
 
     def __init__(self, bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str):
         self.device, self.kind, self.data = torch.device(bc.device), bc.kind, data

@@ -1,7 +1,7 @@
 """Cells shared by several grids, so one method means one config (one hash) in every table.
 
 KDMCSE here is the paper's model: the threshold filter ON at the scripts' SCORE_BASE 0.8
-(methods.md 3.4); the released scripts leave it off, and KDMCSE Table 3 lists "without threshold
+(docs/official-code.md §5.4, §5.6); the released scripts leave it off, and KDMCSE Table 3 lists "without threshold
 filtering" as an ablation, so the published KDMCSE rows are the filtered model.
 """
 
@@ -22,7 +22,7 @@ def row(*values: float) -> dict[str, float]:
     return dict(zip(STS_COLUMNS, values, strict=True))
 
 
-# Main results, BERT-base, wiki+flickr, mean over 5 seeds (papers.md "Published tables").
+# Main results, BERT-base, wiki+flickr, mean over 5 seeds (docs/published-tables.md).
 MAIN_BERT_FLICKR = {
     "SimCSE": row(69.9, 79.8, 72.9, 81.9, 77.8, 76.6, 68.4, 75.3),
     "MCSE": row(71.4, 81.8, 74.8, 83.6, 77.5, 79.5, 72.6, 77.3),

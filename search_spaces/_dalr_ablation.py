@@ -1,7 +1,7 @@
 """The nine DALR loss ablations (DALR Tables 3 and 8) as objective switches.
 
-L_CML = L_cons + L_CMA and L_IML = L_rank + L_IMA (papers.md, DALR Eq. 14). The code-only
-global-local term g2l is summed into the rank loss (methods.md 4.2), so it goes wherever L_rank goes.
+L_CML = L_cons + L_CMA and L_IML = L_rank + L_IMA (DALR paper Eq. 14). The code-only global-local
+term g2l is summed into the rank loss (docs/official-code.md §6.3), so it goes wherever L_rank goes.
 """
 
 from __future__ import annotations

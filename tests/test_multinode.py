@@ -56,7 +56,7 @@ def two_nodes():
     # Short: Ray's unix socket paths live under it (108-byte limit).
     tmp = Path(tempfile.mkdtemp(prefix="mmray", dir="/tmp"))
     tag = os.urandom(8).hex()
-    # The CLI and the cluster must agree on auth (ecosystem.md 5.4); RAY_TMPDIR keeps this
+    # The CLI and the cluster must agree on auth (docs/ecosystem-notes.md §2); RAY_TMPDIR keeps this
     # cluster's address file out of /tmp/ray, where another session's address="auto" looks.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp),
            "MMEMB_TEST_TAG": tag, "RAY_USAGE_STATS_ENABLED": "0"}

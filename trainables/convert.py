@@ -1,6 +1,6 @@
 """Convert the official caption/image-feature releases into one validated feature store.
 
-Two layouts exist upstream (methods.md 2.3, 3.3):
+Two layouts exist upstream (docs/official-code.md §4.3, §5.5):
 
 - **MCSE**: a caption text file (one caption per line) plus an HDF5 file whose dataset
   ``features`` is (N, 2048) ResNet-50 features; line i goes with row i (``zip`` in ``data.py``,

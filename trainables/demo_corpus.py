@@ -15,8 +15,8 @@ How it is made (deterministic from ``seed``; under a second on one core for the 
     vectors are scaled to a norm of about ``feature_norm`` with jitter, i.e. *not* normalised.
     Hence a caption is close to its image, paraphrases are close, scenes that differ in one slot
     (30 % of pair scenes are such near-duplicates of an earlier one) are close, unrelated far.
-  - Norm choice: real CLIP outputs have norms of order 10 (not measured here; methods.md section 9
-    item 2), at which every raw image-text dot product would pass KDMCSE's ``score_base`` 0.8 and
+  - Norm choice: real CLIP outputs have norms of order 10 (not measured here; docs/official-code.md
+    §9 item 2), at which every raw image-text dot product would pass KDMCSE's ``score_base`` 0.8 and
     the filter would mask all negatives. The default ``feature_norm`` of 1.1 puts raw dot products on
     a cosine-like scale where 0.8 means "same or nearly the same scene". Measured on the defaults
     (seed 0): caption-image raw dot products exceed 0.8 for 99.5 % of other-caption-same-image

@@ -1,9 +1,9 @@
 """STS evaluation as SentEval runs it for MCSE / KDMCSE / DALR, without SentEval.
 
-What the three repos report (methods.md section 5, papers.md "Evaluation"): Spearman x 100 between
+What the three repos report (docs/official-code.md §7.1): Spearman x 100 between
 gold scores and the cosine of two sentence embeddings on STS12-16 (the "all" setting: the pairs of
 every subset of a year concatenated, one Spearman), STS-B test and SICK-R test; "Avg." is the mean
-of the seven. Training-time model selection reads STS-B dev only (methods.md 0.2).
+of the seven. Training-time model selection reads STS-B dev only (docs/official-code.md §2.3).
 
 Faithfulness details kept from SentEval's ``sts.py``:
   - STS12-16 lines are split with ``str.splitlines`` and pairs whose gold line is blank are dropped;
@@ -14,7 +14,7 @@ Faithfulness details kept from SentEval's ``sts.py``:
     computes them per batch of 128 in file order, alignment over pairs with gold >= 4.0 (a batch
     without any contributes 0) and uniformity over *all* 2B embeddings of the batch (both sides,
     duplicates included), then averages the batch values; DALR's ``sts.py`` uses the whole set with
-    gold > 4 and all 2N embeddings (methods.md 2.6 item 5, 4.5 item 8).
+    gold > 4 and all 2N embeddings (docs/official-code.md §7.3).
 Departures that do not change the numbers: NumPy >= 1.24 safe (no ragged arrays); every unique
 sentence is encoded once (length-sorted batches) instead of once per occurrence.
 

@@ -1,7 +1,7 @@
 """CLIP teacher feature extraction: a (image, caption) pairs file -> a feature store, on Ray Data.
 
 Why this exists: KDMCSE and DALR train against frozen CLIP features that their (deleted)
-``preprocess.py`` extracted once into JSON (methods.md 3.1, 3.3): raw ``encode_image`` /
+``preprocess.py`` extracted once into JSON (docs/official-code.md §5.1, §5.5): raw ``encode_image`` /
 ``encode_text`` outputs, never normalised, one image feature per image and one text feature per
 caption. This job rebuilds that for any ``CLIPModel`` (``openai/clip-vit-base-patch32`` as the
 papers print it, ``openai/clip-vit-large-patch14`` as the official code used) and writes the

@@ -1,4 +1,5 @@
-"""The small trainable heads each method puts on the encoder's [CLS], apart from the encoder itself.
+"""The small trainable heads each method puts on the encoder's [CLS], apart from the encoder itself
+(docs/official-code.md §2.1, §4.1, §5.1, §6.1).
 
 - ``mlp``: the SimCSE "pooler", Linear(h, h) + tanh on [CLS], giving z (training only); initialised
   N(0, initializer_range), bias 0, because the official model's ``init_weights`` creates it;

@@ -2,7 +2,7 @@
 
 One ``nn.Module`` holds everything the optimiser trains: ``encoder``, the Hugging Face
 ``AutoModel`` (its pretrained ``pooler`` is kept so the saved folder is a complete model, but it is
-unused, as in the official code, and frozen here), plus the SimCSE MLP and the method's heads of
+unused, as in the official code, and frozen here; docs/official-code.md §2.1), plus the SimCSE MLP and the method's heads of
 ``trainables.heads``. Only the modules a method uses are built; DALR's dead modules
 (``grounding_image``, ``sim_classifier``, ``tmlp``) are not, since they never receive a gradient.
 Teachers are separate frozen objects owned by the trainer and are never attributes of this module.

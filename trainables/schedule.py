@@ -1,6 +1,6 @@
 """Which batch (text or caption-image pair) each optimiser step sees: the official alternation.
 
-``mode="official"`` is ``train_mix.py`` exactly (methods.md 0.2)::
+``mode="official"`` is ``train_mix.py`` exactly (docs/official-code.md §2.2)::
 
     text_batches = ceil(|wiki| / bs); pair_batches = ceil(|pairs| / bs)
     paired_sample_step = text_batches // pair_batches

@@ -1,9 +1,9 @@
 """DALR's frozen text teachers (SimCSE, DiffCSE, CLIP text, any encoder) and their precomputation.
 
-DALR (methods.md 4.1, 4.2 "Teacher quantities") runs two frozen sentence encoders on every
+DALR (docs/official-code.md §6.1-§6.2) runs two frozen sentence encoders on every
 caption batch: ``emb`` (pooled, (bs, d)) feeds S_T, F_T (L_rank, L_CMA, L_IMA) and ``local``
 (``last_hidden_state[:, 1:]``, (bs, L-1, d)) feeds the code-only global-local term. The weighted
-combination (S_T, F_T, Local_T) lives in :mod:`trainables.objectives`; this module only produces
+combination (S_T, F_T, Local_T) lives in :mod:`trainables.objectives.dalr`; this module only produces
 per-teacher tensors.
 
 What is precomputed and what is not, and why:
@@ -188,7 +188,7 @@ def check_same_vocab(teacher_tok, student_tok, teacher_path: str) -> None:
 
 class TeacherEnsemble:
     """DALR's weighted teachers (SimCSE 0.33 + DiffCSE 0.67 in the scripts). Validates the weights and
-    returns per-teacher tensors; the weighted S_T / F_T / Local_T are computed in objectives.py."""
+    returns per-teacher tensors; the weighted S_T / F_T / Local_T are computed in trainables.objectives.dalr."""
 
     def __init__(self, teachers: Sequence[TextTeacher], weights: Sequence[float]):
         teachers, weights = list(teachers), [float(w) for w in weights]

@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 
+from tests.trainables.objectives.references import batch as objective_batch
 from tests.trainables.test_loop import Reports, tiny_cfg
-from tests.trainables.test_objectives import batch as objective_batch
-from trainables.composition import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
 from trainables.loop import Trainer
+from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
 
 pytestmark = [
     pytest.mark.gpu,

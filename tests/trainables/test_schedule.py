@@ -16,13 +16,13 @@ WIKI = 1_000_000
 @pytest.mark.parametrize(
     "n_pair, bs, epochs, expect",
     [
-        # methods.md 2.4 (MCSE, bs 64): paired_sample_step, steps/epoch, pair steps/epoch, total
+        # docs/official-code.md §4.3 (MCSE, bs 64): paired_sample_step, steps/epoch, pair steps/epoch, total
         (29_783, 64, 3, (15_625, 466, 33, 16_091, 488, 48_273)),
         (82_783, 64, 3, (15_625, 1_294, 12, 16_919, 1_410, 50_757)),
-        # methods.md 3.3 (KDMCSE, bs 64; 158,915 Flickr / 414,113 COCO captions)
+        # docs/official-code.md §5.5 (KDMCSE, bs 64; 158,915 Flickr / 414,113 COCO captions)
         (158_915, 64, 3, (15_625, 2_484, 6, 18_109, None, 54_327)),
         (414_113, 64, 3, (15_625, 6_471, 2, 22_096, None, 66_288)),
-        # methods.md 4.3 (DALR, bs 128)
+        # docs/official-code.md §6.4 (DALR, bs 128)
         (158_915, 128, 4, (7_813, None, 6, 9_055, None, 36_220)),
         (414_113, 128, 3, (7_813, None, 2, 11_049, None, 33_147)),
     ],

@@ -1,11 +1,9 @@
-"""Loss terms of SimCSE, MCSE, KDMCSE and DALR as pure functions of tensors (torch only).
+"""Loss pieces shared by SimCSE, MCSE, KDMCSE and DALR, as pure functions of tensors (torch only).
 
-Why a module of its own: the official repos compute their objectives inside ``nn.Module``s, spread
-over model code, collators and hard-coded weights (methods.md §1-§4). Here every loss term is one
-function, so it can be checked line by line against loop references
-(tests/trainables/test_objectives.py) and composed by a config. The composition
-(``ObjectiveConfig``, ``StudentOutputs``, ``TeacherInputs``, ``compute_objective``) lives in
-``trainables.composition`` and is re-exported from here.
+Why: the official repos compute their objectives inside ``nn.Module``s, spread over model code,
+collators and hard-coded weights (docs/official-code.md §3-§6). Here every term is one function, so
+it can be checked against loop references (tests/trainables/objectives/) and composed by a config
+(``trainables.objectives.composition``).
 
 Conventions: rows are anchors, positives on the diagonal; matrix functions take (bs, d) tensors
 and build (bs, bs) matrices. Defaults follow the official code exactly, quirks included; where a
@@ -16,33 +14,10 @@ as the official collator and ``no_grad`` blocks do.
 
 from __future__ import annotations
 
-import importlib
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-
-if TYPE_CHECKING:  # for type checkers; at run time __getattr__ below re-exports these
-    from trainables.composition import (
-        METHODS,
-        ObjectiveConfig,
-        StudentOutputs,
-        TeacherInputs,
-        compute_objective,
-    )
-    from trainables.objectives_dalr import (
-        G2L_MASK,
-        dalr_cma_loss,
-        dalr_consistency_loss,
-        dalr_global_local_loss,
-        dalr_ima_loss,
-        dalr_teacher_embedding,
-        dalr_teacher_local,
-        dalr_teacher_scores,
-        kl_distillation_loss,
-        listmle_loss,
-    )
 
 FALSE_NEGATIVE_BIAS = -99999.99
 """KDMCSE collator constant added to filtered logits (train_mix.py)."""
@@ -76,14 +51,14 @@ def safe_acos(x: torch.Tensor) -> torch.Tensor:
     return _SafeAcos.apply(x)
 
 
-def _f32(x: torch.Tensor) -> torch.Tensor:
+def at_least_f32(x: torch.Tensor) -> torch.Tensor:
     """At least float32: logits are cos/0.05, so bf16 cosines would be 20x amplified noise."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def _frozen(x: torch.Tensor) -> torch.Tensor:
+def frozen(x: torch.Tensor) -> torch.Tensor:
     """Teacher tensor: detached, at least float32 (bf16/fp16 features would also tie ranks)."""
-    return _f32(x.detach())
+    return at_least_f32(x.detach())
 
 
 def no_autocast(x: torch.Tensor):
@@ -101,18 +76,19 @@ def cosine_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             f"cosine_matrix needs (n, d) and (m, d) tensors, got {tuple(x.shape)} and {tuple(y.shape)}"
         )
     with no_autocast(x):
-        return F.normalize(_f32(x), dim=-1, eps=1e-8) @ F.normalize(_f32(y), dim=-1, eps=1e-8).t()
+        x, y = at_least_f32(x), at_least_f32(y)
+        return F.normalize(x, dim=-1, eps=1e-8) @ F.normalize(y, dim=-1, eps=1e-8).t()
 
 
 def frozen_cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Teacher-side cosine matrix: no gradient, no autocast, at least float32."""
-    return cosine_matrix(_frozen(x), _frozen(y))
+    return cosine_matrix(frozen(x), frozen(y))
 
 
 def frozen_dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Teacher-side raw dot products x_i . y_j (KDMCSE's vc/cv scores): no gradient, no autocast."""
     with no_autocast(x):
-        return _frozen(x) @ _frozen(y).t()
+        return frozen(x) @ frozen(y).t()
 
 
 def diagonal_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -124,7 +100,7 @@ def diagonal_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
 def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
     """Unsupervised SimCSE InfoNCE, z1 -> z2 only: mean_i CE([cos(z1_i, z2_j)/tau]_j, i).
 
-    SimCSE (Gao et al. 2021) Eq. 1; methods.md §1.
+    SimCSE (Gao et al. 2021) Eq. 1; docs/official-code.md §3.
     """
     return diagonal_cross_entropy(cosine_matrix(z1, z2) / temperature)
 
@@ -138,7 +114,7 @@ def angular_margin_logits(
     *,
     form: str = "code",
 ) -> torch.Tensor:
-    """KDMCSE's ArcSim logits (``ArcSimilarity.calculate_arccos2``; methods.md §3.2.1).
+    """KDMCSE's ArcSim logits (``ArcSimilarity.calculate_arccos2``; docs/official-code.md §5.2).
 
     theta_ij = arccos(clamp(cos(x_i, y_j), -1, 1)). ``form``:
 
@@ -238,125 +214,7 @@ def mcse_grounding_loss(
 ) -> torch.Tensor:
     """MCSE L_MM = 1/2 [CE(cos(p1_i, v_j)/tau) + CE(cos(p2_i, v_j)/tau)], sentence->image only.
 
-    MCSE (Zhang et al. 2022) l^M; the code averages the two views (methods.md §2.2), the paper
-    sums them (``reduce_views="sum"``).
+    MCSE (Zhang et al. 2022) l^M; the code averages the two views (docs/official-code.md §4.2),
+    the paper sums them (``reduce_views="sum"``).
     """
     return adapacse_loss(p1, p2, v, None, 0.0, temperature, reduce_views=reduce_views)
-
-
-def kdmcse_grounding_terms(
-    p1: torch.Tensor,
-    p2: torch.Tensor,
-    v: torch.Tensor,
-    t: torch.Tensor | None,
-    clip_image: torch.Tensor,
-    clip_text: torch.Tensor | None,
-    margin: float = 0.15,
-    threshold: float | None = None,
-    temperature: float = 0.05,
-    *,
-    adaptive_margin: bool = True,
-    threshold_on: str = "dot",
-    form: str = "code",
-    reduce_views: str = "mean",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(L_v, L_t) of KDMCSE (methods.md §3.2.2-3.2.3; paper Eq. 12-13), L_t None when t is None.
-
-    L_v: AdapACSE of p1, p2 against v with Delta = 1 - cos(clip_image_i, clip_image_j).
-    L_t: the same against t with Delta = 1 - cos(clip_text_i, clip_text_j).
-    ``adaptive_margin=False``: plain InfoNCE (the paper's "without AdapACSE").
-    ``threshold``: L_v's filter from cv_ij = clip_text_i . clip_image_j, L_t's from
-    vc_ij = clip_image_i . clip_text_j, raw dot products of the stored, unnormalised features as
-    the official collator pairs them; ``threshold_on="cosine"`` compares cosines (paper's reading).
-    """
-    if threshold_on not in ("dot", "cosine"):
-        raise ValueError(f"threshold_on={threshold_on!r}; use 'dot' or 'cosine'")
-    m = margin if adaptive_margin else 0.0
-    need_text = t is not None and m > 0 or threshold is not None
-    if need_text and clip_text is None:
-        raise ValueError(
-            "KDMCSE's CLIP-text term and the threshold filter need clip_text (the stored CLIP caption feature)"
-        )
-    bias_v = bias_t = None
-    if threshold is not None:
-        score = frozen_dot if threshold_on == "dot" else frozen_cosine
-        bias_v = threshold_bias(score(clip_text, clip_image), threshold)
-        bias_t = threshold_bias(score(clip_image, clip_text), threshold)
-    vv = frozen_cosine(clip_image, clip_image) if m > 0 else None
-    lv = adapacse_loss(
-        p1, p2, v, vv, m, temperature, bias=bias_v, form=form, reduce_views=reduce_views
-    )
-    if t is None:
-        return lv, None
-    cc = frozen_cosine(clip_text, clip_text) if m > 0 else None
-    lt = adapacse_loss(
-        p1, p2, t, cc, m, temperature, bias=bias_t, form=form, reduce_views=reduce_views
-    )
-    return lv, lt
-
-
-def kdmcse_grounding_loss(
-    p1: torch.Tensor,
-    p2: torch.Tensor,
-    v: torch.Tensor,
-    t: torch.Tensor | None,
-    clip_image: torch.Tensor,
-    clip_text: torch.Tensor | None,
-    margin: float = 0.15,
-    threshold: float | None = None,
-    temperature: float = 0.05,
-    *,
-    adaptive_margin: bool = True,
-    threshold_on: str = "dot",
-    form: str = "code",
-    reduce_terms: str = "sum",
-) -> torch.Tensor:
-    """KDMCSE inter = L_v + L_t (code: a sum; ``reduce_terms="mean"``: paper Eq. 14's average).
-
-    See ``kdmcse_grounding_terms``; with ``t=None`` it is L_v alone.
-    """
-    lv, lt = kdmcse_grounding_terms(
-        p1, p2, v, t, clip_image, clip_text, margin, threshold, temperature,
-        adaptive_margin=adaptive_margin, threshold_on=threshold_on, form=form,
-    )
-    if lt is None:
-        return lv
-    if reduce_terms not in ("sum", "mean"):
-        raise ValueError(f"reduce_terms={reduce_terms!r}; use 'sum' or 'mean'")
-    return lv + lt if reduce_terms == "sum" else (lv + lt) / 2
-
-
-# DALR terms live in trainables.objectives_dalr and the composition in trainables.composition
-# (short files); both import this module, so they are re-exported lazily to avoid a cycle.
-_LAZY = {
-    "trainables.objectives_dalr": (
-        "dalr_cma_loss", "dalr_consistency_loss", "dalr_global_local_loss", "dalr_ima_loss",
-        "dalr_teacher_embedding", "dalr_teacher_local", "dalr_teacher_scores",
-        "kl_distillation_loss", "listmle_loss", "G2L_MASK",
-    ),
-    "trainables.composition": (
-        "METHODS", "ObjectiveConfig", "StudentOutputs", "TeacherInputs", "compute_objective",
-    ),
-}
-
-
-def __getattr__(name: str):
-    for module, names in _LAZY.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'trainables.objectives' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *(n for names in _LAZY.values() for n in names)])
-
-
-__all__ = [
-    "FALSE_NEGATIVE_BIAS", "G2L_MASK", "METHODS", "ObjectiveConfig", "StudentOutputs",
-    "TeacherInputs", "adapacse_loss", "angular_margin_logits", "compute_objective",
-    "cosine_matrix", "dalr_cma_loss", "dalr_consistency_loss", "dalr_global_local_loss",
-    "dalr_ima_loss", "dalr_teacher_embedding", "dalr_teacher_local", "dalr_teacher_scores",
-    "diagonal_cross_entropy", "frozen_cosine", "frozen_dot", "kdmcse_grounding_loss",
-    "kdmcse_grounding_terms", "kl_distillation_loss", "listmle_loss", "mcse_grounding_loss",
-    "no_autocast", "safe_acos", "simcse_loss", "threshold_bias",
-]

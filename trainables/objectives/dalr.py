@@ -1,8 +1,8 @@
 """DALR's loss terms and teacher combinations as pure tensor functions (torch only).
 
-Split from ``trainables.objectives`` (which re-exports every name here) to keep files short.
 Each function follows ``Hekang001/DALR`` ``model_modified.py::MCSE.compute_loss`` at c53e1fc
-(methods.md §4.2), quirks included, with keywords for the DALR paper's reading where it differs.
+(docs/official-code.md §6.2-§6.3), quirks included, with keywords for the DALR paper's reading
+where it differs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from trainables.objectives import _f32, _frozen, angular_margin_logits, frozen_cosine, no_autocast
+from trainables.objectives.core import (
+    angular_margin_logits,
+    at_least_f32,
+    frozen,
+    frozen_cosine,
+    no_autocast,
+)
 
 G2L_MASK = 10000.0
 """``in_batch_g2l_loss`` constant for excluded entries (padding positives, self/padding negatives)."""
@@ -56,13 +62,13 @@ def dalr_teacher_embedding(
 ) -> torch.Tensor:
     """F_T = sum_k w_k T_k z1: weighted average of the raw teacher embeddings, view 1."""
     _check_weights("teacher embeddings", teachers, weights)
-    return sum(w * _frozen(t) for w, t in zip(weights, teachers, strict=True))
+    return sum(w * frozen(t) for w, t in zip(weights, teachers, strict=True))
 
 
 def dalr_teacher_local(local: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """Local_T = sum_k w_k local_k: weighted token states (bs, L-1, d), [CLS] excluded."""
     _check_weights("teacher token-state tensors", local, weights)
-    return sum(w * _frozen(t) for w, t in zip(weights, local, strict=True))
+    return sum(w * frozen(t) for w, t in zip(weights, local, strict=True))
 
 
 def dalr_consistency_loss(
@@ -82,7 +88,7 @@ def dalr_consistency_loss(
         raise ValueError(
             f"text_aligned {tuple(text_aligned.shape)} and image_aligned {tuple(image_aligned.shape)} differ"
         )
-    t, v = _f32(text_aligned), _f32(image_aligned)
+    t, v = at_least_f32(text_aligned), at_least_f32(image_aligned)
 
     def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         sq = ((a * a).sum(-1) + _COS_EMB_EPS) * ((b * b).sum(-1) + _COS_EMB_EPS)
@@ -104,7 +110,7 @@ def kl_distillation_loss(
     The code's ``KLContrastiveSimLoss`` = ``F.kl_div(log Q, P, 'batchmean')``
     = sum_ij P_ij (log P_ij - log Q_ij) / bs (DALR paper Eq. 8 and 12 sum over i instead).
     """
-    teacher = _frozen(teacher_logits)
+    teacher = frozen(teacher_logits)
     dtype = torch.promote_types(student_logits.dtype, teacher.dtype)
     log_q = F.log_softmax(student_logits.to(dtype) / student_temperature, dim=1)
     p = F.softmax(teacher.to(dtype) / teacher_temperature, dim=1)
@@ -186,7 +192,7 @@ def listmle_loss(
     gen_device = generator.device if generator is not None else "cpu"
     perm = torch.randperm(n, generator=generator, device=gen_device).to(
         student_scores.device, non_blocking=True)
-    s, t = student_scores[:, perm], _frozen(teacher_scores)[:, perm]
+    s, t = student_scores[:, perm], frozen(teacher_scores)[:, perm]
     _, order = t.sort(descending=True, dim=-1)
     ranked = s.gather(1, order)
     ranked = ranked - ranked.max(dim=1, keepdim=True).values
@@ -225,8 +231,8 @@ def dalr_global_local_loss(
             f"attention mask {tuple(attention_mask.shape)} does not match local tokens (bs, K) = ({n}, {k})"
         )
     with no_autocast(global_embedding):
-        g = _f32(global_embedding)
-        loc = _frozen(local_tokens).to(g.dtype)
+        g = at_least_f32(global_embedding)
+        loc = frozen(local_tokens).to(g.dtype)
         loc = loc / loc.norm(dim=1 if normalize == "tokens" else 2, keepdim=True).clamp_min(1e-30)
         real = attention_mask.to(device=g.device, dtype=torch.bool)
         pos = torch.einsum("ikd,id->ik", loc, g) / temperature

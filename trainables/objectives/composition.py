@@ -3,9 +3,9 @@
 Why: a grid row or an ablation should state only what it changes, and every method's total should
 be reproducible from named terms. ``ObjectiveConfig.resolved()`` fills the official code's values
 per method and rejects nonsense; ``compute_objective`` returns every term it computed and
-``"total"``. Terms come from ``trainables.objectives`` (which re-exports everything here).
+``"total"``. The terms come from the sibling modules core, kdmcse and dalr.
 
-Totals (code reading, default; methods.md §2.2, §3.2.2, §4.2):
+Totals (code reading, default; docs/official-code.md §4.2, §5.3, §6.3):
 
 - text-only batch (``teacher=None``), every method: total = text, where text is the SimCSE
   InfoNCE on z1 -> z2, with the fixed angular margin m1 (``text_margin``) for kdmcse and dalr.
@@ -16,7 +16,7 @@ Totals (code reading, default; methods.md §2.2, §3.2.2, §4.2):
 - dalr pair batch: total = text + lam * cross + mu * intra,
   cross = consistency_weight * consistency + cma + info,  intra = ima + rank + g2l.
 
-``paper_reading=True`` changes exactly this (papers.md):
+``paper_reading=True`` changes exactly this (docs/official-code.md §8):
 
 - mcse: the two dropout views are summed in each grounding term (paper l^M), not averaged.
 - kdmcse: inter = (grounding_image + grounding_text) / 2 (Eq. 14), and the grounding logits use
@@ -28,6 +28,8 @@ Totals (code reading, default; methods.md §2.2, §3.2.2, §4.2):
 
 A switched-off term is absent from the dict and from the total. DALR with an empty
 ``text_teacher_local`` reports g2l = 0. Teacher tensors are detached and used in at least float32.
+
+``ObjectiveConfig.get_config_dict()`` lists the settings a config really uses for its method.
 """
 
 from __future__ import annotations
@@ -35,12 +37,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from trainables.objectives import (
+from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
+    diagonal_cross_entropy,
+    frozen_cosine,
+)
+from trainables.objectives.dalr import (
     dalr_cma_loss,
     dalr_consistency_loss,
     dalr_global_local_loss,
@@ -48,11 +55,9 @@ from trainables.objectives import (
     dalr_teacher_embedding,
     dalr_teacher_local,
     dalr_teacher_scores,
-    diagonal_cross_entropy,
-    frozen_cosine,
-    kdmcse_grounding_terms,
     listmle_loss,
 )
+from trainables.objectives.kdmcse import kdmcse_grounding_terms
 
 METHODS = ("simcse", "mcse", "kdmcse", "dalr")
 _LAM = {"simcse": 0.0, "mcse": 0.01, "kdmcse": 0.01, "dalr": 0.1}
@@ -186,6 +191,67 @@ class ObjectiveConfig:
 
     def replace(self, **changes) -> ObjectiveConfig:
         return dataclasses.replace(self, **changes)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """The effective settings of this objective: resolved, and only what the method uses.
+
+        Like sentence-transformers' ``loss.get_config_dict()``: a description for a model card,
+        run params or a comparison. Defaults are filled in (``resolved``; ValueError likewise),
+        settings the method or a switched-off term ignores are left out, and the margin is
+        reported as it acts: ``adaptive_margin`` is True only when AdapACSE runs (on and
+        ``grounding_margin > 0``), and ``grounding_margin`` appears only then. So two configs
+        that compute the same objective give the same dict (kdmcse's default and an explicit
+        ``grounding_margin=0.15`` do), and a dict names no knob that would change nothing.
+        """
+        c = self.resolved()
+        out: dict[str, Any] = {
+            "method": c.method, "temperature": c.temperature, "text_margin": c.text_margin,
+        }
+        if c.method == "simcse":  # text InfoNCE only, on every batch
+            return out
+        if c.method == "dalr":
+            return {**out, **c._dalr_settings()}
+        out.update(lam=c.lam, temperature_vl=c.temperature_vl, **c._margin_settings(),
+                   clip_text_term=c.clip_text_term)
+        if c.threshold is not None:
+            out.update(threshold=c.threshold, threshold_on=c.threshold_on)
+        out["paper_reading"] = c.paper_reading
+        return out
+
+    def _margin_settings(self) -> dict[str, Any]:
+        if self.adaptive_margin and self.grounding_margin > 0:
+            return {"adaptive_margin": True, "grounding_margin": self.grounding_margin}
+        return {"adaptive_margin": False}
+
+    def _dalr_settings(self) -> dict[str, Any]:
+        paper = self.paper_reading
+        names = ("consistency", "cma", "info", "ima", "rank") + (() if paper else ("g2l",))
+        on = {n: getattr(self, f"use_{n}") for n in names}
+        out: dict[str, Any] = {f"use_{n}": v for n, v in on.items()}
+        # lam and mu weigh brackets (module docstring); info leaves lam's bracket in the paper
+        if any(on[n] for n in ("consistency", "cma") + (() if paper else ("info",))):
+            out["lam"] = self.lam
+        if any(on.get(n) for n in ("ima", "rank", "g2l")):
+            out["mu"] = self.mu
+        out["paper_reading"] = paper
+        if on["consistency"]:
+            if not paper:
+                out["consistency_weight"] = self.consistency_weight
+            out.update(consistency_margin=self.consistency_margin,
+                       consistency_shift=self.consistency_shift)
+        if on["info"]:
+            out.update(temperature_vl=self.temperature_vl, **self._margin_settings())
+        if on["cma"] or on["ima"]:
+            out.update(kl_student_temperature=self.kl_student_temperature,
+                       kl_teacher_temperature=self.kl_teacher_temperature)
+        if on["rank"]:
+            out.update(teacher_temperature=self.teacher_temperature, rank_gamma=self.rank_gamma,
+                       rank_eps=self.rank_eps)
+        if on.get("g2l"):
+            out["g2l_normalize"] = self.g2l_normalize
+        if any(on.get(n) for n in ("cma", "ima", "rank", "g2l")):
+            out["teacher_weights"] = self.teacher_weights
+        return out
 
 
 @dataclass
