@@ -143,12 +143,18 @@ class Session:
         print(f"{len(todo)} runs in {len(trials)} array{'s' * (len(trials) != 1)} of "
               f"{'-'.join(map(str, sizes))} member{'s' * (sizes[-1] != 1)}, up to "
               f"{min(self.slots, len(trials))} at once", flush=True)
-        mirror = MlflowMirror(self.outbox, self.parent, self.tracker.unfinished_trials(self.parent))
+        mirror = MlflowMirror(trials, self.outbox, self.parent,
+                              self.tracker.unfinished_trials(self.parent))
+
+        def dirname(trial) -> str:
+            return f"{trials[trial.config['index']].name}-{trial.trial_id[-5:]}"
+
         tuner = tune.Tuner(
-            tune.with_resources(trial_fn, TRIAL_DRIVER_RESOURCES),
-            param_space={"trial": tune.grid_search(trials)},
+            tune.with_resources(tune.with_parameters(trial_fn, trials=trials),
+                                TRIAL_DRIVER_RESOURCES),
+            param_space={"index": tune.grid_search(list(range(len(trials))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=self.slots,
-                                        trial_dirname_creator=_dirname),
+                                        trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=experiment, storage_path=self.storage, verbose=0,
                 callbacks=[mirror, LiveView(trials), cleanup_callback()],
@@ -199,10 +205,6 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
-
-
-def _dirname(trial) -> str:
-    return trial.config["trial"].name + f"-{trial.trial_id[-5:]}"
 
 
 def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) -> int:

@@ -18,6 +18,7 @@ def _clock(seconds: float) -> str:
 
 class LiveView(Callback):
     def __init__(self, trials: Sequence[TrialPlan], print_fn=print):
+        self.plans = list(trials)
         self.t0 = time.monotonic()
         self.total = sum(len(t.members) for t in trials)
         self.out = print_fn
@@ -29,7 +30,7 @@ class LiveView(Callback):
         """(finished, running, queued) members: ended ones, those of running trials, the rest."""
         running = queued = 0
         for t in trials:
-            plan: TrialPlan = t.config["trial"]
+            plan: TrialPlan = self.plans[t.config["index"]]
             left = sum(1 for m in plan.members if m.key not in self.ended)
             if t.status == "RUNNING":
                 running += left
@@ -54,7 +55,7 @@ class LiveView(Callback):
                 f"{queued} queued | {self.eta()}]")
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         labels = {m.key: m.label for m in plan.members}
         entries = result.get("members", [])
         lines = []
@@ -87,7 +88,7 @@ class LiveView(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         from orchestrator.mirror import trial_error
 
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         left = [m for m in plan.members if m.key not in self.ended]
         self.ended.update(m.key for m in left)
         self.progress.pop(plan.name, None)
@@ -95,4 +96,4 @@ class LiveView(Callback):
             self.out(f"{self.status(trials)} FAILED {plan.label}: {trial_error(trial)}", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.progress.pop(trial.config["trial"].name, None)
+        self.progress.pop(self.plans[trial.config["index"]].name, None)

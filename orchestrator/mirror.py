@@ -11,7 +11,7 @@ FINISHED with an ``mmemb.stopped`` tag.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ def member_record(m: MemberPlan, trial: TrialPlan) -> dict[str, Any]:
 
 
 class MlflowMirror(Callback):
-    def __init__(self, outbox: Outbox, parent_id: str, reuse: Mapping[str, str] | None = None):
+    def __init__(self, plans: Sequence[TrialPlan], outbox: Outbox, parent_id: str,
+                 reuse: Mapping[str, str] | None = None):
+        self.plans = list(plans)
         self.outbox, self.parent = outbox, parent_id
         self.reuse = dict(reuse or {})
         self.runs: dict[str, str] = {}
@@ -50,12 +52,12 @@ class MlflowMirror(Callback):
         return self.runs[m.key]
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         for m in plan.members:
             self._child(plan, m)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         by_key = {m.key: m for m in plan.members}
         for entry in result.get("members", []):
             key = entry.get("key")
@@ -86,14 +88,14 @@ class MlflowMirror(Callback):
                 self._end(run, key, "FINISHED")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         for m in plan.members:  # a report the driver never saw: not silently a success
             if m.key not in self.ended:
                 self._end(self._child(plan, m), m.key, "FAILED",
                           error="the run ended without reporting this member's final scores")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        plan: TrialPlan = trial.config["trial"]
+        plan: TrialPlan = self.plans[trial.config["index"]]
         reason = trial_error(trial)
         for m in plan.members:
             if m.key not in self.ended:

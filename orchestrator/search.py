@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     def build(overrides):
         return build_config(opts.profile, overrides=dict(overrides))
 
-    validate_space(space, build=build, exhaustive=True)  # every choice, not only sampled ones
+    validate_space(space, build=build, exhaustive=True, profile=opts.profile)  # every option
     planner = Planner(space, opts.profile, build)
     probe = [planner.member("probe", {}, sa.search_seeds[0], "probe"),
              *planner.confirmation({}, sa.confirm_seeds)]

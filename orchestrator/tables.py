@@ -2,7 +2,7 @@
 
 The papers' tables (MCSE Table 1, KDMCSE Tables 1-3, DALR Tables 1-3) are rows of cells (methods or
 ablations) by columns STS12-16, STS-B, SICK-R, Avg, each entry the mean +- std over five seeds with
-``*`` for a significant independent t-test against the baseline (papers.md, "Evaluation").
+``*`` for a significant independent t-test against the baseline (docs/official-code.md §7.4).
 :func:`analyze` turns ``cell -> seed -> metric -> value`` into a :class:`TableAnalysis` holding that
 and more for every (cell, column): Welch and paired tests, a Holm adjustment over the whole table,
 Hedges' g, a 95% CI of the difference and the gap to the published number (ours - published).

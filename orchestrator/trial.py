@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from orchestrator.plan import TrialPlan
 
 
 class TrialFailed(RuntimeError):
     """A run failed; the message is its root cause (OutOfMemoryError, a worker's error, ...)."""
 
 
-def trial_fn(config: dict[str, Any]) -> None:
-    """The Tune trainable: ``config["trial"]`` is an ``orchestrator.plan.TrialPlan``."""
+def trial_fn(config: dict[str, Any], trials: Sequence[TrialPlan]) -> None:
+    """The Tune trainable: runs ``trials[config["index"]]``.
+
+    Tune sees only the index: its variant resolution walks and rewrites config values (a
+    dataclass would not come out whole), so the plans travel by ``tune.with_parameters``.
+    """
     import ray
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from trainables.ray_env import root_cause
     from trainables.train import run_torch_trainer
 
-    plan = config["trial"]
+    plan = trials[config["index"]]
     # The name is stable per member set: after a driver kill, --resume relaunches the same Train
     # run, which continues from its own latest checkpoint instead of starting over.
     try:

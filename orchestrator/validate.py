@@ -59,8 +59,15 @@ def _check_teachers(cfg: Any) -> None:
         raise ValueError(f"{n} text_teachers but {w} objective.teacher_weights; give one weight per teacher")
 
 
-def validate_space(space: SearchSpace, samples: int = 4, build: Callable[[Mapping[str, Any]], Any] = _demo_build) -> None:
-    """Base, baseline and a few random draws of the space all build valid demo RunConfigs."""
+def validate_space(space: SearchSpace, samples: int = 4,
+                   build: Callable[[Mapping[str, Any]], Any] = _demo_build,
+                   exhaustive: bool = False, profile: str | None = "demo") -> None:
+    """Base, baseline and a few random draws of the space all build valid RunConfigs.
+
+    ``exhaustive``: also every option of every categorical parameter (each forced once, the rest
+    random), so an option that would fail (an unknown teacher) is found before the search, not
+    when TPE happens to sample it.
+    """
     import optuna
 
     where = f"search {space.name!r}"
@@ -72,17 +79,29 @@ def validate_space(space: SearchSpace, samples: int = 4, build: Callable[[Mappin
     build(dict(space.baseline))
     level = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    choices: dict[str, tuple] = {}
+
+    def draw(sampler) -> None:
+        t = optuna.create_study(direction="maximize", sampler=sampler).ask()
+        space.define(t)
+        for name, d in t.distributions.items():
+            if isinstance(d, optuna.distributions.CategoricalDistribution):
+                choices[name] = check_choices(name, d.choices)
+        try:
+            _check_teachers(build(params_to_overrides(space, t.params, profile=profile)))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where} params {t.params}: {e}") from None
+
     try:
-        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
-        for _ in range(samples):
-            t = study.ask()
-            space.define(t)
-            for name, d in t.distributions.items():
-                if isinstance(d, optuna.distributions.CategoricalDistribution):
-                    check_choices(name, d.choices)
-            try:
-                _check_teachers(build(params_to_overrides(space, t.params, profile="demo")))
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{where} params {t.params}: {e}") from None
+        for i in range(samples):
+            draw(optuna.samplers.RandomSampler(seed=i))
+        done: set[tuple[str, Any]] = set()
+        while exhaustive:  # until no new (parameter, option) pair turns up
+            todo = [(n, c) for n, cs in choices.items() for c in cs if (n, c) not in done]
+            if not todo:
+                break
+            for n, c in todo:
+                done.add((n, c))
+                draw(optuna.samplers.PartialFixedSampler({n: c}, optuna.samplers.RandomSampler(seed=0)))
     finally:
         optuna.logging.set_verbosity(level)

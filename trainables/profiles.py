@@ -30,7 +30,7 @@ DEMO: dict[str, Any] = {
     "eval_batch_size": 64,
 }
 
-# Official scripts, BERT-base wiki+flickr (methods.md 2.5, 3.4, 4.4); paper data under $MMEMB_DATA.
+# Official scripts, BERT-base wiki+flickr (docs/official-code.md §4.4, §5.6, §6.5); paper data under $MMEMB_DATA.
 PAPER_RECIPES: dict[str, dict[str, Any]] = {
     "simcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
     "mcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},

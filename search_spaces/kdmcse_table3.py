@@ -4,7 +4,7 @@ from orchestrator.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MAIN_BERT_FLICKR, MCSE, row
 
 GRID = Grid(
-    name="table3",
+    name="kdmcse_table3",
     title="KDMCSE Table 3: ablation (AdapACSE, threshold filter), BERT wiki+flickr",
     cells=(
         Cell("MCSE", MCSE, MAIN_BERT_FLICKR["MCSE"]),
