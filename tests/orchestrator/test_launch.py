@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from orchestrator.launch import Resources, _trial_error
 
 
@@ -36,9 +35,9 @@ def test_last_report_still_queued_when_the_run_returns_reaches_tune(tmp_path):
     """TuneReportCallback's queue can still hold the run's final report (its test scores) when
     fit() returns; Tune would end the trial without it (a finished seed counted as missing)."""
     import ray
+    from orchestrator.launch import TRIAL_DRIVER_RESOURCES, _forward_pending_reports
     from ray import tune
 
-    from orchestrator.launch import TRIAL_DRIVER_RESOURCES, _forward_pending_reports
     from trainables.train import init_ray
 
     started = not ray.is_initialized()

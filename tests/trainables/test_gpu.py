@@ -10,10 +10,10 @@ import math
 
 import pytest
 import torch
+from trainables.loop import Trainer
 
 from tests.trainables.objectives.references import batch as objective_batch
 from tests.trainables.test_loop import Reports, tiny_cfg
-from trainables.loop import Trainer
 from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
 
 pytestmark = [

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
+from trainables.loop import NonFiniteLoss, Trainer
 
 from trainables import loop as loop_mod
-from trainables.loop import NonFiniteLoss, Trainer
 from trainables.profiles import build_config
 
 
