@@ -215,8 +215,11 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
     if not s.resumed:
         s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(dict(campaign.spec), indent=1))
     done = s.tracker.finished_trials(s.parent)
-    print(f"{campaign.spec.get('title', campaign.name)}\n{len(campaign.members)} runs, "
-          f"{sum(1 for m in campaign.members if m.key in done)} already done")
+    n_done = sum(1 for m in campaign.members if m.key in done)
+    spec = campaign.spec
+    print(f"{spec.get('title', campaign.name)}\n{len(campaign.members)} runs "
+          f"({len(spec['cells'])} cells x {len(spec['seeds'])} seeds), {n_done} already done, "
+          f"{len(campaign.members) - n_done} to run")
     print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
     out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
     if out.interrupted:

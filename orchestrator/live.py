@@ -17,11 +17,10 @@ def _clock(seconds: float) -> str:
 
 
 class LiveView(Callback):
-    def __init__(self, trials: Sequence[TrialPlan], print_fn=print):
+    def __init__(self, trials: Sequence[TrialPlan]):
         self.plans = list(trials)
         self.t0 = time.monotonic()
         self.total = sum(len(t.members) for t in trials)
-        self.out = print_fn
         self.ended: set[str] = set()
         self.progress: dict[str, tuple[int, int, int]] = {}
         """trial name -> (step, total steps, members alive)"""
@@ -80,10 +79,10 @@ class LiveView(Callback):
         if alive:
             devs = [e["stsb_dev"] for e in alive]
             span = f"{devs[0]:.2f}" if len(devs) == 1 else f"{min(devs):.2f}-{max(devs):.2f}"
-            self.out(f"{self.status(trials)} {plan.label}: step {result['step']}/"
+            print(f"{self.status(trials)} {plan.label}: step {result['step']}/"
                      f"{result.get('total_steps', '?')}  STS-B dev {span}", flush=True)
         if lines:
-            self.out(self.status(trials) + "\n" + "\n".join(lines), flush=True)
+            print(self.status(trials) + "\n" + "\n".join(lines), flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         from orchestrator.mirror import trial_error
@@ -93,7 +92,7 @@ class LiveView(Callback):
         self.ended.update(m.key for m in left)
         self.progress.pop(plan.name, None)
         if left:
-            self.out(f"{self.status(trials)} FAILED {plan.label}: {trial_error(trial)}", flush=True)
+            print(f"{self.status(trials)} FAILED {plan.label}: {trial_error(trial)}", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.progress.pop(self.plans[trial.config["index"]].name, None)

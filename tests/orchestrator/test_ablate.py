@@ -1,4 +1,5 @@
-"""The main job end to end on a tiny model: Tune trials into MLflow, the report, and --resume.
+"""The main job end to end on a tiny model: arrays as Tune trials, one MLflow child per member,
+the report beside the store, --resume, --dry-run and --cells.
 
 One Ray session and one MLflow store serve the whole module (both cost seconds to start).
 """
@@ -6,6 +7,7 @@ One Ray session and one MLflow store serve the whole module (both cost seconds t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,7 @@ def workdir(tmp_path_factory, tiny_bert):
 def ray_session():
     import ray
 
-    from trainables.train import init_ray
+    from trainables.ray_env import init_ray
 
     init_ray(num_cpus=2, log_to_driver=False)
     yield
@@ -58,13 +60,20 @@ def test_table_runs_to_the_end_with_nested_runs(workdir, first_run):
         t, m = c.data.tags, c.data.metrics
         assert c.info.status == "FINISHED"
         for tag in ("mmemb.grid", "mmemb.cell", "mmemb.seed", "mmemb.config_hash",
-                    "git_commit", "git_dirty", "mmemb.checkpoint"):
+                    "git_commit", "git_dirty", "mmemb.checkpoint", "mmemb.array"):
             assert t.get(tag), tag
+        assert (Path(t["mmemb.checkpoint"]) / "config.json").is_file()  # a loadable model folder
+        if t["mmemb.cell"] == "KDMCSE":  # the resolved objective, not None
+            assert c.data.params["objective.grounding_margin"] == "0.15"
+            assert json.loads(t["mmemb.objective"])["grounding_margin"] == 0.15
         for k in ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark",
                   "SICKRelatedness", "avg", "alignment", "uniformity"):
             assert f"test/{k}" in m, k
         assert c.data.params["objective.method"] in ("mcse", "kdmcse")
         assert tr.client.get_metric_history(c.info.run_id, "stsb_dev")  # the dev curve
+    assert len({c.data.tags["mmemb.array"] for c in children}) == 2  # 8 members, 2 arrays
+    reports = list((workdir / "reports").glob("kdmcse_table3-*/report.md"))
+    assert len(reports) == 1  # beside the store, where a user looks
     arts = {a.path for a in tr.client.list_artifacts(parent.info.run_id)}
     assert {"report.md", "report.csv", "report.png", "grid.json"} <= arts
     md = tr.load_artifact_text(parent.info.run_id, "report.md")
@@ -113,7 +122,7 @@ def test_report_rerenders_from_mlflow_alone(workdir, first_run, tmp_path, capsys
     (["--grid", "nope"], "unknown grid 'nope'"),
     (["--grid", "table3", "--profile", "/does/not/exist.yaml"], "does not exist"),
     (["--grid", "table3", "--seeds", "1", "1"], "duplicates"),
-    (["--grid", "table3", "--gpus-per-trial", "4"], "the cluster has 0 GPUs"),
+    (["--grid", "table3", "--gpus-per-trial", "4"], "this machine has 0 GPUs"),
     (["--grid", "table3", "--tracking-uri", "http://127.0.0.1:9"], "unreachable"),
 ])
 def test_bad_input_fails_before_anything_starts(argv, msg, workdir, ray_session, capsys, tmp_path,
@@ -125,6 +134,8 @@ def test_bad_input_fails_before_anything_starts(argv, msg, workdir, ray_session,
     err = capsys.readouterr().err
     assert rc == 2 and msg in err, err
     assert not (tmp_path / "runs").exists()  # nothing launched
+    if "http" not in " ".join(argv):
+        assert not (tmp_path / "mlflow.db").exists()  # nothing written
 
 
 def test_bad_profile_content(workdir, tmp_path, capsys):
@@ -132,3 +143,15 @@ def test_bad_profile_content(workdir, tmp_path, capsys):
     bad.write_text("lr: -3\ndata:\n  demo: true\n")
     rc = ablate.main(["--grid", "table3", "--profile", str(bad)])
     assert rc == 2 and "lr=-3.0 must be > 0" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_arrays_and_starts_nothing(workdir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = ablate.main(["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--dry-run",
+                      "--cells", "KDMCSE", "--array-size", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "10 runs (2 cells x 5 seeds) in 4 arrays" in out
+    assert "kdmcse/seed-4" in out and "without-adapacse" not in out
+    assert "dry run: everything checked, nothing started" in out
+    assert not list(tmp_path.iterdir())  # no store, no runs folder
