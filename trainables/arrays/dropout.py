@@ -15,11 +15,15 @@ A number u drops its element when ``u >= 1 - p``, so an element is kept with pro
 and kept elements are scaled by 1 / (1 - p), as ``torch.nn.functional.dropout``. In the array-
 shaped masks, positions >= L_i are "keep": padded positions never reach a real token's output
 (they are masked keys), so no numbers are spent on them.
+
+Cost per forward: per member one ``uniform_`` into a float32 scratch reused across members and two
+compares written straight into its corner of the array's bool masks (3 kernels, no scatter; when
+every member has L_i == L the masks are not even zero-filled). The masks, M * numel(L) bools, are
+what autograd keeps, as torch's own dropout keeps its bool mask.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,39 +102,22 @@ def draw_masks(layout: DropoutLayout, generators: Sequence[torch.Generator], len
                length: int, device: torch.device) -> DropMasks:
     """Member i's masks from ``generators[i]`` only, for its own ``lengths[i]``, padded to ``length``."""
     m, n, h, heads = len(generators), layout.rows, layout.hidden, layout.heads
+    s_h, s_a = layout.hidden_sites, layout.attention_sites
     keep_h, keep_a = 1.0 - layout.hidden_p, 1.0 - layout.attention_p
-    hid_shape = (m, layout.hidden_sites, n, length, h)
-    att_shape = (m, layout.attention_sites, n, heads, length, length)
-    same = all(li == length for li in lengths)
-    if same:  # fast path: each member's stream is already its slice of the array masks
-        hid = torch.empty(hid_shape, dtype=torch.bool, device=device).view(m, math.prod(hid_shape[1:]))
-        att = torch.empty(att_shape, dtype=torch.bool, device=device).view(m, math.prod(att_shape[1:]))
-    else:  # members' streams side by side, scattered into the padded masks below
-        hid = torch.empty(sum(layout.hidden_numel(li) for li in lengths), dtype=torch.bool, device=device)
-        att = torch.empty(sum(layout.attention_numel(li) for li in lengths), dtype=torch.bool, device=device)
+    # Padded positions must read "keep" (False) unless every member fills the whole length.
+    alloc = torch.empty if all(li == length for li in lengths) else torch.zeros
+    hid = alloc((m, s_h, n, length, h), dtype=torch.bool, device=device)
+    att = alloc((m, s_a, n, heads, length, length), dtype=torch.bool, device=device)
     # One float32 scratch slice per member, always from offset 0: its numbers depend on its size only.
     scratch = torch.empty(max(layout.numel(li) for li in lengths), device=device)
-    off_h = off_a = 0
     for i, (g, li) in enumerate(zip(generators, lengths, strict=True)):
         nh, na = layout.hidden_numel(li), layout.attention_numel(li)
         if nh + na == 0:
             continue
         u = scratch[: nh + na].uniform_(0.0, 1.0, generator=g)
-        out_h, out_a = (hid[i], att[i]) if same else (hid[off_h: off_h + nh], att[off_a: off_a + na])
-        torch.ge(u[:nh], keep_h, out=out_h)
-        torch.ge(u[nh:], keep_a, out=out_a)
-        off_h, off_a = off_h + nh, off_a + na
-    if same:
-        hid, att = hid.view(hid_shape), att.view(att_shape)
-    else:
-        # masked_scatter_ fills the True positions in C order: member by member, site by site, in
-        # exactly each member's own stream order; the False (padded) positions stay "keep".
-        valid = torch.arange(length, device=device) < torch.tensor(lengths, device=device)[:, None]
-        hid = torch.zeros(hid_shape, dtype=torch.bool, device=device).masked_scatter_(
-            valid[:, None, None, :, None], hid)
-        pair = valid[:, :, None] & valid[:, None, :]  # (M, L, L) query and key both real
-        att = torch.zeros(att_shape, dtype=torch.bool, device=device).masked_scatter_(
-            pair[:, None, None, None], att)
+        # Compared straight into the member's (possibly strided) corner of the array masks.
+        torch.ge(u[:nh].view(s_h, n, li, h), keep_h, out=hid[i, :, :, :li])
+        torch.ge(u[nh:].view(s_a, n, heads, li, li), keep_a, out=att[i, :, :, :, :li, :li])
     return DropMasks(
         hidden=hid if layout.hidden_sites else None,
         attention=att if layout.attention_sites else None,
