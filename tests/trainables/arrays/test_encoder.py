@@ -11,10 +11,17 @@ from transformers import AutoConfig, AutoModel
 
 from trainables.arrays import StackedEncoder
 
-torch.set_num_threads(1)
-
 MODELS = ("tiny_bert", "tiny_roberta", "minilm")
 TINY = ("tiny_bert", "tiny_roberta")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One thread (the machine is shared), restored afterwards for the rest of the session."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def hf_model(path: Path, state: dict | None = None):
