@@ -246,13 +246,13 @@ class StackedEncoder(nn.Module):
             raise ValueError(f"generators must live on the model's device ({device}); build them "
                              f"with torch.Generator(device={str(device)!r})")
         if attention_mask.dim() == 2:
-            lengths = dropout.member_lengths(attention_mask[None]) * m
+            rows, lengths = (x * m for x in dropout.member_extents(attention_mask[None]))
         else:
-            lengths = dropout.member_lengths(attention_mask)
+            rows, lengths = dropout.member_extents(attention_mask)
         layout = dropout.DropoutLayout(rows=n, hidden=self.hidden_size, heads=self.num_heads,
                                        layers=self.num_layers, hidden_p=self.hidden_dropout,
                                        attention_p=self.attention_dropout)
-        return dropout.draw_masks(layout, generators, lengths, length, device)
+        return dropout.draw_masks(layout, generators, lengths, length, device, rows=rows)
 
     def extra_repr(self) -> str:
         return (f"model_type={self.hf_config.model_type}, n_members={self.n_members}, "
