@@ -19,11 +19,15 @@ and kept elements are scaled by 1 / (1 - p), as ``torch.nn.functional.dropout``.
 shaped masks, positions >= L_i and rows >= N_i are "keep": padded positions never reach a real
 token's output (they are masked keys) and padded rows are never read, so no numbers are spent
 on them.
+
+Cost per forward: per member one ``uniform_`` into a float32 scratch reused across members and
+two compares written straight into its corner of the array's bool masks (3 kernels, no scatter;
+when every member has N_i == N and L_i == L the masks are not even zero-filled). The masks,
+M * numel(L, N) bools, are what autograd keeps, as torch's own dropout keeps its bool mask.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -114,44 +118,24 @@ def draw_masks(layout: DropoutLayout, generators: Sequence[torch.Generator], len
     (rows default: all ``layout.rows``), padded to ``layout.rows`` x ``length``."""
     m, n, h, heads = len(generators), layout.rows, layout.hidden, layout.heads
     rows = [n] * m if rows is None else list(rows)
+    s_h, s_a = layout.hidden_sites, layout.attention_sites
     keep_h, keep_a = 1.0 - layout.hidden_p, 1.0 - layout.attention_p
-    hid_shape = (m, layout.hidden_sites, n, length, h)
-    att_shape = (m, layout.attention_sites, n, heads, length, length)
-    same = all(li == length for li in lengths) and all(ni == n for ni in rows)
-    if same:  # fast path: each member's stream is already its slice of the array masks
-        hid = torch.empty(hid_shape, dtype=torch.bool, device=device).view(m, math.prod(hid_shape[1:]))
-        att = torch.empty(att_shape, dtype=torch.bool, device=device).view(m, math.prod(att_shape[1:]))
-    else:  # members' streams side by side, scattered into the padded masks below
-        hid = torch.empty(sum(layout.hidden_numel(li, ni) for li, ni in zip(lengths, rows, strict=True)),
-                          dtype=torch.bool, device=device)
-        att = torch.empty(sum(layout.attention_numel(li, ni) for li, ni in zip(lengths, rows, strict=True)),
-                          dtype=torch.bool, device=device)
+    # Padded rows/positions must read "keep" (False) unless every member fills the whole array.
+    full = all(li == length for li in lengths) and all(ni == n for ni in rows)
+    alloc = torch.empty if full else torch.zeros
+    hid = alloc((m, s_h, n, length, h), dtype=torch.bool, device=device)
+    att = alloc((m, s_a, n, heads, length, length), dtype=torch.bool, device=device)
     # One float32 scratch slice per member, always from offset 0: its numbers depend on its size only.
     scratch = torch.empty(max(layout.numel(li, ni) for li, ni in zip(lengths, rows, strict=True)),
                           device=device)
-    off_h = off_a = 0
     for i, (g, li, ni) in enumerate(zip(generators, lengths, rows, strict=True)):
         nh, na = layout.hidden_numel(li, ni), layout.attention_numel(li, ni)
         if nh + na == 0:
             continue
         u = scratch[: nh + na].uniform_(0.0, 1.0, generator=g)
-        out_h, out_a = (hid[i], att[i]) if same else (hid[off_h: off_h + nh], att[off_a: off_a + na])
-        torch.ge(u[:nh], keep_h, out=out_h)
-        torch.ge(u[nh:], keep_a, out=out_a)
-        off_h, off_a = off_h + nh, off_a + na
-    if same:
-        hid, att = hid.view(hid_shape), att.view(att_shape)
-    else:
-        # masked_scatter_ fills the True positions in C order: member by member, site by site, in
-        # exactly each member's own stream order; the False (padded) positions stay "keep".
-        pos = torch.arange(length, device=device) < torch.tensor(lengths, device=device)[:, None]
-        row = torch.arange(n, device=device) < torch.tensor(rows, device=device)[:, None]
-        valid = row[:, :, None] & pos[:, None, :]  # (M, N, L)
-        hid = torch.zeros(hid_shape, dtype=torch.bool, device=device).masked_scatter_(
-            valid[:, None, :, :, None], hid)
-        pair = valid[:, :, :, None] & pos[:, None, None, :]  # (M, N, L, L) query and key both real
-        att = torch.zeros(att_shape, dtype=torch.bool, device=device).masked_scatter_(
-            pair[:, None, :, None], att)
+        # Compared straight into the member's (possibly strided) corner of the array masks.
+        torch.ge(u[:nh].view(s_h, ni, li, h), keep_h, out=hid[i, :, :ni, :li])
+        torch.ge(u[nh:].view(s_a, ni, heads, li, li), keep_a, out=att[i, :, :ni, :, :li, :li])
     return DropMasks(
         hidden=hid if layout.hidden_sites else None,
         attention=att if layout.attention_sites else None,

@@ -50,7 +50,11 @@ def _gather(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 class StackedEncoder(nn.Module):
-    """M BERT/RoBERTa encoders of one architecture, stacked; see the module docstring."""
+    """M BERT/RoBERTa encoders of one architecture, stacked; see the module docstring.
+
+    ``hidden_dropout`` / ``attention_dropout`` (floats, from the HF config) are the rates every
+    member uses; they may be changed between forwards. The pooler is never stored.
+    """
 
     def __init__(self, hf_config, state_dicts: Sequence[Mapping[str, torch.Tensor]]):
         super().__init__()
@@ -62,7 +66,7 @@ class StackedEncoder(nn.Module):
         for i, sd in enumerate(state_dicts):
             check_state_dict(sd, self._shapes, f"member {i}")
         for key in self._shapes:
-            stacked = torch.stack([sd[key].detach() for sd in state_dicts]).clone()
+            stacked = torch.stack([sd[key].detach() for sd in state_dicts])  # a copy: no aliasing
             self.register_parameter(_name(key), nn.Parameter(stacked))
         self.hidden_dropout = float(hf_config.hidden_dropout_prob)
         self.attention_dropout = float(hf_config.attention_probs_dropout_prob)

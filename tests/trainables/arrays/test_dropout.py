@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from trainables.arrays.dropout import DropoutLayout, apply, draw_masks, member_lengths
+from trainables.arrays.dropout import (
+    DropoutLayout,
+    apply,
+    draw_masks,
+    member_extents,
+    member_lengths,
+)
 
 LAYOUT = DropoutLayout(rows=3, hidden=8, heads=2, layers=2, hidden_p=0.1, attention_p=0.3)
 
@@ -28,6 +34,20 @@ def test_member_masks_do_not_depend_on_array_length_index_or_neighbours():
     full = draw_masks(LAYOUT, _gens(4), [7], 7, torch.device("cpu"))
     assert torch.equal(array.hidden[3], full.hidden[0])
     assert torch.equal(array.attention[3], full.attention[0])
+
+
+def test_member_with_fewer_rows_draws_for_its_own_rows_only():
+    """A member whose short last batch is padded with empty rows: its stream is that of its
+    N_i x L_i batch alone; the padded rows are "keep"."""
+    alone_gen = _gens(9)
+    alone = draw_masks(DropoutLayout(**{**vars(LAYOUT), "rows": 2}), alone_gen, [5], 5,
+                       torch.device("cpu"))
+    gens = _gens(1, 9)
+    array = draw_masks(LAYOUT, gens, [7, 5], 7, torch.device("cpu"), rows=[3, 2])
+    assert torch.equal(alone_gen[0].get_state(), gens[1].get_state())
+    assert torch.equal(array.hidden[1, :, :2, :5], alone.hidden[0])
+    assert torch.equal(array.attention[1, :, :2, :, :5, :5], alone.attention[0])
+    assert not array.hidden[1, :, 2:].any() and not array.attention[1, :, 2:].any()
 
 
 def test_stream_layout_is_one_uniform_draw_hidden_block_then_attention_block():
@@ -73,9 +93,9 @@ def _advanced(numel: int) -> torch.Tensor:
     return g.get_state()
 
 
-def test_member_lengths_is_last_real_position_plus_one():
+def test_member_extents_are_last_real_row_and_position_plus_one():
     mask = torch.zeros(3, 2, 6, dtype=torch.long)
     mask[0, 0, :4] = 1
-    mask[0, 1, :2] = 1
     mask[1, 1, :6] = 1
     assert member_lengths(mask) == [4, 6, 0]
+    assert member_extents(mask) == ([1, 2, 0], [4, 6, 0])

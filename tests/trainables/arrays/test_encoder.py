@@ -11,10 +11,17 @@ from transformers import AutoConfig, AutoModel
 
 from trainables.arrays import StackedEncoder
 
-torch.set_num_threads(1)
-
 MODELS = ("tiny_bert", "tiny_roberta", "minilm")
 TINY = ("tiny_bert", "tiny_roberta")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One thread (the machine is shared), restored afterwards for the rest of the session."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def hf_model(path: Path, state: dict | None = None):
@@ -145,6 +152,27 @@ def test_member_independence_with_longer_neighbours(model, request):
         atol = 1e-5 * scale
         torch.testing.assert_close(g, g_array[name], rtol=0, atol=atol, msg=name)
     assert all(p.grad[[0, 1, 3, 4]].abs().sum() == 0 for p in array.parameters())  # no leak
+
+
+def test_member_with_empty_padding_rows_draws_as_its_short_batch(tiny_bert):
+    """A short last batch (2 rows) padded with empty rows to the array's 4: the member's
+    generator advances as for its 2 x 6 batch alone, and its real rows match (fp32 rounding,
+    as in test_member_independence_with_longer_neighbours)."""
+    base = hf_model(tiny_bert)
+    cfg, state = base.config, base.state_dict()
+    ids, mask = padded_batch(cfg, 3, [6, 4], 6)
+    alone_gen = torch.Generator().manual_seed(5)
+    alone = StackedEncoder(cfg, [state])(ids[None], mask[None], [alone_gen])[0]
+    other_ids, other_mask = padded_batch(cfg, 4, [6, 6, 5, 3], 6)
+    pad_ids = torch.cat([ids, torch.full((2, 6), cfg.pad_token_id)])
+    pad_mask = torch.cat([mask, torch.zeros(2, 6, dtype=torch.long)])
+    gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(5)]
+    out = StackedEncoder(cfg, [perturbed(state, 1), state])(
+        torch.stack([other_ids, pad_ids]), torch.stack([other_mask, pad_mask]), gens)
+    assert torch.equal(alone_gen.get_state(), gens[1].get_state())
+    real = mask.bool()
+    torch.testing.assert_close(out[1, :2][real], alone[real], rtol=0,
+                               atol=1e-5 * alone.abs().max().item())
 
 
 @pytest.mark.parametrize("model", TINY)
