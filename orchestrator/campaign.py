@@ -90,7 +90,7 @@ class Session:
         from orchestrator.tracking import Tracker
         from trainables.ray_env import init_ray, storage_uri
 
-        self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
+        self.campaign, self.opts, self.array_keys = campaign, opts, array_keys
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
             Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0).check_fits(
                 local_resources(), "this machine")

@@ -265,18 +265,24 @@ def _rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) ->
             runs = [results.get(f"search/{n}/seed-{s}", {}) for s in sa.search_seeds]
             values = [r["metrics"]["best_stsb_dev"] for r in runs
                       if r.get("status") == "FINISHED" and "best_stsb_dev" in r.get("metrics", {})]
-            study.set_trial_user_attr(n, "seed_values", values)
+            trial = _live(study, n)
+            trial.set_user_attr("seed_values", values)
             if len(values) < len(sa.search_seeds):
-                study.tell(n, state=TrialState.FAIL)
+                study.tell(trial, state=TrialState.FAIL)
             elif any(r.get("stopped") for r in runs):
-                frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-                    study._study_id, n))
-                if not frozen.intermediate_values:
-                    study._storage.set_trial_intermediate_value(frozen._trial_id, rung[0][0] if rung else 0,
-                                                                sum(values) / len(values))
-                study.tell(n, state=TrialState.PRUNED)
+                trial.report(sum(values) / len(values), rung[0][0] if rung else 0)
+                study.tell(trial, state=TrialState.PRUNED)
             else:
-                study.tell(n, sum(values) / len(values))
+                study.tell(trial, sum(values) / len(values))
+
+
+def _live(study, number: int):
+    """The RUNNING trial ``number`` as an ``optuna.trial.Trial`` (to set attributes, report, tell),
+    also when it was asked by an earlier, interrupted driver of this plan."""
+    import optuna
+
+    (frozen,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+    return optuna.trial.Trial(study, frozen._trial_id)
 
 
 def _finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dict[str, Any]) -> int:
