@@ -11,6 +11,7 @@ FINISHED with an ``mmemb.stopped`` tag.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,20 @@ class MlflowMirror(Callback):
                 self._end(run, key, "FINISHED")
             elif result.get("final"):
                 if result.get("checkpoint_path") and entry.get("model"):
-                    self.outbox.set_tag(run, f"{TAG}checkpoint",
-                                        str(Path(result["checkpoint_path"]) / entry["model"]))
+                    self._model(run, plan, Path(result["checkpoint_path"]) / entry["model"])
                 if result.get("node_id"):
                     self.outbox.set_tag(run, f"{TAG}node", str(result["node_id"]))
                 self.finals[key] = entry
                 self._end(run, key, "FINISHED")
+
+    def _model(self, run: str, plan: TrialPlan, folder: Path) -> None:
+        """The member's best student into MLflow as a model; once it is there, Ray's copy goes
+        (unless --keep-checkpoints): the store is where users find models, and one copy is enough."""
+        if "://" in str(folder) or not folder.is_dir():  # remote storage: point at it
+            self.outbox.set_tag(run, f"{TAG}checkpoint", str(folder))
+            return
+        if self.outbox.log_model(run, str(folder)) and not plan.keep_checkpoints:
+            shutil.rmtree(folder.parent, ignore_errors=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         plan: TrialPlan = self.plans[trial.config["index"]]

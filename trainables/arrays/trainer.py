@@ -44,6 +44,7 @@ from trainables.data import Batch, TrainingData, check_dims, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts_many
 from trainables.faults import maybe_inject
 from trainables.heads import MethodHeads, simcse_mlp
+from trainables.mlflow_model import DATA, write_mlflow_model
 from trainables.model import Student, StudentConfig
 from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective, masked_fraction
 from trainables.profiles import resolve_encoder
@@ -502,7 +503,8 @@ class ArrayTrainer:
         return {"step": self.step, "members": members, "resumed": 1}
 
     def export_best(self, root: Path) -> dict[str, Path]:
-        """Each finished member's best student as a Hugging Face / sentence-transformers folder."""
+        """Each finished member's best student as an MLflow model (``trainables.mlflow_model``)
+        around a Hugging Face / sentence-transformers folder; key -> the MLflow model folder."""
         students: dict[StudentConfig, Student] = {}
         out = {}
         for j, m in enumerate(self.alive):
@@ -517,7 +519,9 @@ class ArrayTrainer:
             if unexpected or any(not k.startswith("encoder.pooler.") for k in missing):
                 raise RuntimeError(f"member {m.key}: weights do not fit the student "
                                    f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-            out[m.key] = student.save_pretrained(root / slug(m.key) / "model")
+            folder = root / slug(m.key) / "model"
+            student.save_pretrained(folder / DATA)
+            out[m.key] = write_mlflow_model(folder)
         return out
 
 

@@ -202,7 +202,8 @@ def test_final_eval_and_export_use_the_best_weights(tiny_bert, cache, tmp_path):
     assert final["a"]["best_stsb_dev"] == max(devs)
     assert t.evaluate_dev()[0] == pytest.approx(max(devs), abs=1e-6)  # the best is loaded
     folder = t.export_best(tmp_path / "export")["a"]
-    student = Student.from_pretrained(folder)
+    assert (folder / "MLmodel").is_file()
+    student = Student.from_pretrained(folder / "model.sentence_transformer")
     res = evaluate_sts(lambda s: student.encode(s), t.members[0].data.senteval_dir)
     assert res["avg"] == pytest.approx(final["a"]["test/avg"], abs=1e-4)
 
