@@ -201,6 +201,10 @@ class Session:
         return 0
 
     def interrupted(self) -> int:
+        """Ctrl-C: the parent and its unfinished children end KILLED (--resume reopens them)."""
+        for run in self.tracker.unfinished_trials(self.parent).values():
+            if self.tracker.client.get_run(run).info.status == "RUNNING":
+                self.tracker.end(run, "KILLED")
         self.tracker.end(self.parent, "KILLED")
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
