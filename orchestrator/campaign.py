@@ -90,7 +90,7 @@ class Session:
         from orchestrator.tracking import Tracker
         from trainables.ray_env import init_ray, storage_uri
 
-        self.campaign, self.opts, self.array_keys = campaign, opts, array_keys
+        self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
             Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0).check_fits(
                 local_resources(), "this machine")
@@ -131,6 +131,11 @@ class Session:
         if not todo:
             return Outcome({}, {}, {})
         opts = self.opts
+        new = [m for m in members if m.key not in self.array_keys]
+        if new:  # members planned after the session opened (a search's rounds)
+            from orchestrator.preflight import check_data
+
+            self.array_keys.update(check_data(new).array_keys)
         # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
         # Train checkpoint) whenever none of its members finished.
         trials = [t for t in (

@@ -146,8 +146,7 @@ def _run(args: argparse.Namespace) -> int:
               f"{storage_url}\ndry run: everything checked, nothing started")
         return 0
     steps = data.total_steps[probe[0].key]
-    keys = _KeyFor(data.array_keys[probe[0].key], data.array_keys[probe[-1].key])
-    session = Session(campaign, opts, keys)
+    session = Session(campaign, opts, {})
     print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds; "
           f"MLflow parent {session.parent} at {session.tracker.uri}; study {storage_url}", flush=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -173,18 +172,6 @@ def _rung(total_steps: int, eval_every: int) -> tuple[tuple[int, ...], float] | 
     separate (bench/README.md, 'search pruning'); before it the ranking is mostly seed noise."""
     step = math.ceil(total_steps / 2 / eval_every) * eval_every
     return ((step,), 2.0) if step < total_steps else None
-
-
-class _KeyFor(dict):
-    """Array keys of search members: all search/finalist members share the probe's, the
-    confirmation's baseline members the baseline's."""
-
-    def __init__(self, search_key: str, baseline_key: str):
-        super().__init__()
-        self.search_key, self.baseline_key = search_key, baseline_key
-
-    def __missing__(self, key: str) -> str:
-        return self.baseline_key if key.startswith("confirm/baseline/") else self.search_key
 
 
 class Planner:
