@@ -92,8 +92,8 @@ def view_state(parent_id: str, metrics: Sequence[str] = TEST_METRICS) -> dict[st
         # The UI would put metrics alphabetically and tags after them; this is the papers' order,
         # narrow enough that cell, seed and the eight scores fit a 1600-pixel window.
         "columnOrder": [RUN_NAME_COLUMN, *tags, *scores, CREATED_COLUMN, DURATION_COLUMN],
-        "columnWidths": {RUN_NAME_COLUMN: 180, CREATED_COLUMN: 110, tags[0]: 140, tags[1]: 70}
-                        | {c: 92 for c in scores},
+        "columnWidths": {RUN_NAME_COLUMN: 200, CREATED_COLUMN: 110, tags[0]: 125, tags[1]: 90}
+                        | {c: 90 for c in scores},
         "groupBy": {"aggregateFunction": "average", "groupByKeys": [cell_group]},
         "runsHiddenMode": "SHOW_ALL", "viewMaximized": False, "runListHidden": False,
         "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
@@ -201,7 +201,7 @@ def print_links(urls: Mapping[str, str], file: Any = None) -> None:
     what = {"runs": "the table's runs, by cell, with the test scores",
             "compare": "its runs side by side", "filter": "its runs, default columns",
             "parent": "the table's run (report.md/csv/png)"}
-    print("open in `mlflow ui` (http://127.0.0.1:5000):", file=file)
+    print("in the MLflow UI (`mlflow ui --backend-store-uri ...`):", file=file)
     for k in ("runs", "compare", "filter", "parent"):
         if k in urls:
             print(f"  {what[k]}:\n    {urls[k]}", file=file)
