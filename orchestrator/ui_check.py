@@ -51,6 +51,7 @@ CHROMIUM_FLAGS = [
     "--hide-scrollbars",
 ]
 WINDOW = (1600, 1000)
+RUNS_PAGE = 100  # runs the runs table loads before its "Load more" button
 # localStorage entry (key + "_v" + version, as the UI's useLocalStorage writes it) that the UI
 # sets once it has opened the assistant panel on a first visit from localhost.
 ASSISTANT_FIRST_VISIT = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
@@ -299,7 +300,10 @@ def _same(shown: float | None, stored: float, rel: float) -> bool:
 
 def check_runs_view(browser: Chromium, url: str, children: Sequence[dict],
                     timeout: float) -> dict:
-    """(a) headers, and each child's row with its cell, seed and stored test scores."""
+    """(a) headers, and each child's row with its cell, seed and stored test scores. The UI
+    loads runs 100 at a time, in the view's order (by run name): only those rows are expected."""
+    children = sorted(children, key=lambda c: c["name"])[:RUNS_PAGE]
+
     def row_of(rows: Mapping[str, Any], run_id: str) -> Mapping[str, str] | None:
         return next((r for k, r in rows.items() if k == run_id or k.endswith("." + run_id)), None)
 
@@ -412,12 +416,12 @@ def check_ui(tracking_uri: str, out: Path, experiment: str = "mmemb",
                              None)
             if parent_id is None:
                 raise ValueError(f"no table with child runs in {tracking_uri}")
-        children = ui_links.order_children([r for r in runs
-                                    if r.data.tags.get("mlflow.parentRunId") == parent_id])
+        children = ui_links.order_children(
+            [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id])
         if not children:
             raise ValueError(f"run {parent_id} has no child runs")
         name = client.get_run(parent_id).info.run_name or parent_id
-        # The table's saved view, as the table command leaves it (written here if it is not).
+        # The table's saved view: written here when the table has none yet.
         key, _ = ui_links.view_tag(parent_id, "")
         view = "present" if key in exp.tags else "published by the check"
         if key not in exp.tags:
