@@ -58,10 +58,6 @@ FULLY_MASKED_STOP = 3
 is stopped: its grounding terms are then exactly 0, so it would silently train without them"""
 
 
-class NonFiniteLoss(RuntimeError):
-    """A loss term became NaN or inf; the message names the step, the term and the config."""
-
-
 class Member:
     """One run inside the array: its config, data, schedule, private RNG streams and record."""
 
