@@ -128,7 +128,7 @@ def check_dims(cfg: RunConfig, data: TrainingData) -> None:
 
     from trainables.profiles import resolve_encoder
 
-    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder)).hidden_size
+    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder, cfg.data.cache_dir)).hidden_size
     if data.image_dim != hidden:
         raise ValueError(
             f"the store's {data.image_column!r} features are {data.image_dim}-d but DALR's CMA "

