@@ -151,3 +151,31 @@ def test_feature_size_that_cma_cannot_use_is_refused_before_training(tiny_bert, 
     with pytest.raises(ValueError, match=r"48-d but DALR's CMA .* 32-d embedding.*use_cma=false"):
         Trainer(cfg)
     Trainer(cfg.with_overrides({"objective.use_cma": False}))  # without CMA it is fine
+
+
+def test_shuffle_images_grounds_each_caption_on_another_image(tiny_bert, cache):
+    """The data.shuffle_images control: every caption gets the feature of one other image, the
+    same for all captions of an image, one-to-one over images; the CLIP caption feature stays."""
+    import numpy as np
+
+    from trainables.data import load_data
+
+    plain = load_data(tiny_cfg(tiny_bert, cache, "mcse"))
+    shuffled = load_data(tiny_cfg(tiny_bert, cache, "mcse", **{"data.shuffle_images": True}))
+    assert plain.image_rows is None
+    ids = plain.pairs.image_ids()
+    moved = ids[shuffled.image_rows]
+    assert (moved != ids).all()
+    mapping = dict(zip(ids, moved, strict=True))
+    assert all(mapping[i] == m for i, m in zip(ids, moved, strict=True))  # a function of the image
+    assert len(set(mapping.values())) == len(mapping)  # one-to-one over images
+
+    def tokenize(captions):
+        return {"input_ids": torch.zeros(len(captions), 2, dtype=torch.long),
+                "attention_mask": torch.ones(len(captions), 2, dtype=torch.long)}
+
+    idx = np.arange(8)
+    a, b = plain.batch("pair", idx, tokenize, "cpu"), shuffled.batch("pair", idx, tokenize, "cpu")
+    want = plain.batch("pair", shuffled.image_rows[idx], tokenize, "cpu")
+    assert torch.equal(b.image, want.image) and not torch.equal(b.image, a.image)
+    assert torch.equal(b.clip_text, a.clip_text)
