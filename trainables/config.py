@@ -45,6 +45,10 @@ class DataConfig:
     hidden size (384 for MiniLM-L6), as CLIP ViT-L/14's 768 equals BERT-base's"""
     cache_dir: str = ".cache/mmemb"
     """where the demo corpus and tokenised caches are written"""
+    shuffle_images: bool = False
+    """control: pair each caption with the image feature of another image (a fixed permutation of
+    the image ids); the CLIP caption feature stays with its caption. Grounding then carries no
+    information about the caption, so a gain that survives it does not come from the images"""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ class TrainingData:
     pairs: FeatureStore | None
     senteval_dir: Path
     image_column: str
+    image_rows: np.ndarray | None = None
+    """``data.shuffle_images``: row whose image feature each row gets (None: its own)"""
 
     @property
     def n_text(self) -> int:
@@ -69,6 +71,8 @@ class TrainingData:
                          enc["attention_mask"].to(device, non_blocking=True))
         assert self.pairs is not None
         rows = self.pairs.batch(indices)
+        if self.image_rows is not None:
+            rows[self.image_column] = self.pairs.batch(self.image_rows[indices])[self.image_column]
         enc = tokenize(rows["caption"])
 
         def feat(name: str) -> torch.Tensor:
@@ -121,7 +125,19 @@ def load_data(cfg: RunConfig) -> TrainingData:
             f"store {pairs_path} has no feature column {d.image_column!r} "
             f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
         )
-    return TrainingData(text, pairs, Path(senteval), d.image_column)
+    image_rows = _shuffled_image_rows(pairs) if d.shuffle_images and pairs is not None else None
+    return TrainingData(text, pairs, Path(senteval), d.image_column, image_rows)
+
+
+def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:
+    """For each row, a row of another image: image ids permuted as a derangement (fixed seed, so
+    every run of a grid sees the same broken pairing and only the training seed varies)."""
+    uniq, first, inverse = np.unique(pairs.image_ids(), return_index=True, return_inverse=True)
+    if len(uniq) < 2:
+        raise ValueError("data.shuffle_images needs a store with at least two images")
+    perm = np.random.default_rng(0).permutation(len(uniq))
+    perm = np.roll(perm, 1)[np.argsort(perm)]  # image perm[k] -> perm[k+1]: no fixed point
+    return first[perm[inverse]]
 
 
 def check_dims(cfg: RunConfig, data: TrainingData) -> None:
@@ -133,7 +149,7 @@ def check_dims(cfg: RunConfig, data: TrainingData) -> None:
 
     from trainables.profiles import resolve_encoder
 
-    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder)).hidden_size
+    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder, cfg.data.cache_dir)).hidden_size
     if data.image_dim != hidden:
         raise ValueError(
             f"the store's {data.image_column!r} features are {data.image_dim}-d but DALR's CMA "

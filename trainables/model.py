@@ -91,7 +91,7 @@ def _hub_offline() -> bool:
     return env or bool(constants.HF_HUB_OFFLINE)
 
 
-def _resolve_encoder(name: str) -> str:
+def _loadable_source(name: str) -> str:
     """A loadable local folder or cached hub name, else one clear ``OSError`` line."""
     from transformers import AutoConfig
 
@@ -128,7 +128,7 @@ class Student(MethodHeads):
     def __init__(self, config: StudentConfig):
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        source = _resolve_encoder(config.encoder)
+        source = _loadable_source(config.encoder)
         overrides = {}
         if config.hidden_dropout is not None:
             overrides["hidden_dropout_prob"] = config.hidden_dropout

@@ -333,6 +333,10 @@ class FeatureStore:
     def dim(self, column: str) -> int:
         return int(self._features[column].shape[1])
 
+    def image_ids(self) -> np.ndarray:
+        """Every row's image id (object array, no feature read)."""
+        return self._strings["image_id"]
+
     def column(self, name: str) -> np.ndarray:
         """The whole (n, d) feature column as a read-only memory-mapped array."""
         return self._features[name]

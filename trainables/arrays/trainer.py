@@ -103,7 +103,7 @@ class ArrayTrainer:
             raise ValueError(f"members of one array must train the same number of steps, got {sorted(steps)}; "
                              "set max_steps or put them in different arrays")
         self.total_steps = int(steps.pop())
-        source = resolve_encoder(self.cfg.encoder)
+        source = resolve_encoder(self.cfg.encoder, self.cfg.data.cache_dir)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
@@ -167,7 +167,7 @@ class ArrayTrainer:
         for m in self.members:
             if not m.needs_teachers:
                 continue
-            paths = [resolve_encoder(t) for t in m.cfg.text_teachers]
+            paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
             if len(paths) != len(m.objective.teacher_weights):
                 raise ValueError(
                     f"{len(paths)} text teachers but {len(m.objective.teacher_weights)} teacher_weights; "
