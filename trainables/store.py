@@ -142,8 +142,12 @@ def _check_dims(meta: StoreMetadata, dims: Mapping[str, int], source: str) -> No
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:  # a missing output folder is created, as users expect of --out
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write there ({exc.strerror}: {exc.filename}); choose a "
+                         "writable output folder") from None
     os.close(fd)
     try:
         # No compression: feature floats barely compress and uncompressed pages read faster.
