@@ -49,10 +49,13 @@ def files(tmp_path_factory, tiny_bert) -> Path:
         table = pq.read_table(demo.pairs_store)
         for col, values in columns.items():
             table = table.set_column(table.column_names.index(col), col, values)
-        pq.write_table(table, d / f"{name}.parquet")
+        meta = table.schema.metadata[b"mmemb"].replace(b'"page_checksums": true',
+                                                       b'"page_checksums": false')
+        pq.write_table(table.replace_schema_metadata({b"mmemb": meta}), d / f"{name}.parquet")
         return d / f"{name}.parquet"
 
     store("dims", 64, 512, 384)  # image 512-d, clip_text 384-d
+    foreign("old")  # valid, but written before page checksums
     t = pq.read_table(demo.pairs_store)
     img = np.stack(t.column("image").to_numpy(zero_copy_only=False))
     img[5, 3] = np.nan
@@ -83,6 +86,7 @@ def files(tmp_path_factory, tiny_bert) -> Path:
                        "empty_caption": {"pairs": str(d / "empty_caption.parquet")},
                        "overwritten": {"pairs": str(d / "overwritten.parquet")},
                        "big_norms": {"pairs": str(d / "big_norms.parquet")},
+                       "old": {"pairs": str(d / "old.parquet")},
                        "no_dev": {"senteval": str(d / "no_dev")},
                        "empty_dev": {"senteval": str(d / "empty_dev")}}.items():
         (d / f"{name}.yaml").write_text(yaml.safe_dump(base | {"data": base["data"] | data}))
@@ -183,6 +187,19 @@ def test_dry_run_lists_what_was_checked(files, tmp_path, capsys, monkeypatch):
                   "models:", "store ", "SentEval ", "cell 'KDMCSE': threshold 0.8 (dot) masks"):
         assert any(c.startswith(start) for c in checked), (start, checked)
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_store_without_checksums_runs_with_one_warning_up_front(files, tmp_path, capsys,
+                                                               monkeypatch):
+    """Accepted, not refused: its values are still checked, and re-converting a store can need
+    source files the user no longer has; but the missing protection is said before anything."""
+    rc, out, err = run_in(tmp_path, ablate.main, table(files, tmp_path, "old", "--dry-run"),
+                          capsys, monkeypatch)
+    assert rc == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert len(warnings) == 1 and str(files / "old.parquet") in warnings[0]
+    assert "without page checksums" in warnings[0] and "re-convert" in warnings[0]
+    assert any("no page checksums" in ln for ln in out.splitlines() if ln.startswith("checked: "))
 
 
 SEARCH_CASES = [
