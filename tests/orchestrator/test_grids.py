@@ -8,24 +8,18 @@ from pathlib import Path
 import optuna
 import pytest
 
-from orchestrator.grids import (
-    Cell,
+from orchestrator.grids import Cell, Grid, expand
+from orchestrator.registry import list_text, load_grid, load_space
+from orchestrator.spaces import (
     FloatRange,
-    Grid,
     SearchSpace,
     check_choices,
     check_range,
-    expand,
-    list_grids,
-    list_spaces,
-    list_text,
-    load_grid,
-    load_space,
     params_to_overrides,
-    teacher_overrides,
-    validate_grid,
-    validate_space,
 )
+from orchestrator.validate import validate_grid, validate_space
+from tests.search_spaces.entries import list_grids, list_spaces
+from trainables.profiles import teacher_overrides
 
 M = {"objective.method": "mcse"}
 
