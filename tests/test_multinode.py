@@ -58,7 +58,8 @@ def two_nodes():
     tag = os.urandom(8).hex()
     # The CLI and the cluster must agree on auth (docs/ecosystem-notes.md §2); RAY_TMPDIR keeps this
     # cluster's address file out of /tmp/ray, where another session's address="auto" looks.
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp),
+    # PYTHONPATH: the nodes' workers import this checkout, not an editable install elsewhere.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp), "PYTHONPATH": str(ROOT),
            "MMEMB_TEST_TAG": tag, "RAY_USAGE_STATS_ENABLED": "0"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start"]
     t0 = time.time()

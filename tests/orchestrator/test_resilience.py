@@ -366,6 +366,8 @@ def test_node_leaving_mid_table_reschedules_its_trials(phase, space, reference, 
     # Cluster() writes its address to <temp>/ray/ray_current_cluster, where every address-less
     # ray.init() on this machine (other sessions' tests) would find and join it: keep it private.
     monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="mmray", dir="/tmp"))
+    # The nodes' workers import this checkout, not whichever one pip installed in editable mode.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     mem = 100 * 2**20
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "object_store_memory": mem})
