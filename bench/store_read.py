@@ -5,12 +5,18 @@ KDMCSE Flickr JSON) into a temp dir, opens it (first open decodes the Parquet in
 .npy cache, second open reuses it), then times ``FeatureStore.batch`` on random index batches.
 
     python bench/store_read.py [--rows 150000] [--dim 768] [--batch 128] [--seconds 5]
+    python bench/store_read.py --checksums    # what page CRCs + the NaN/inf pass cost at decode
+
+``--checksums`` writes the same table a second time without page checksums (as stores written
+before them are) and times the first open of each: the decode reads every page once, verifying
+its CRC where it has one and checking every value for NaN/inf.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +49,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--dir", default=None, help="where to write the store (default: a temp dir)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed opens per variant (--checksums)")
+    ap.add_argument("--checksums", action="store_true",
+                    help="time the first open with and without page checksums, then exit")
     args = ap.parse_args()
+    if args.checksums:
+        checksum_cost(args)
+        return
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         rng = np.random.default_rng(0)
@@ -90,6 +102,63 @@ def main() -> None:
           f"{rate * args.batch:,.0f} rows/s (image + clip_text + caption + image_id)")
     print(f"GPU step rate (BERT-base, bs 128, H100; assumed): ~{lo:.0f}-{hi:.0f} steps/s -> reading is "
           f"~{rate / hi:,.0f}-{rate / lo:,.0f}x faster than needed (page cache warm)")
+
+
+def checksum_cost(args: argparse.Namespace) -> None:
+    """First open (decode + CRC verification + NaN/inf pass) with and without page checksums."""
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        rng = np.random.default_rng(0)
+        n, d = args.rows, args.dim
+        cols = {"image": rng.standard_normal((n, d), dtype=np.float32),
+                "clip_text": rng.standard_normal((n, d), dtype=np.float32)}
+        t0 = time.perf_counter()
+        finite = all(np.isfinite(a).all() for a in cols.values())
+        t_finite = time.perf_counter() - t0
+        meta = StoreMetadata("synthetic", d, "synthetic", d, normalized=False)
+        caps, ids = [f"a person rides a bike number {i}" for i in range(n)], [str(i // 5) for i in range(n)]
+        t0 = time.perf_counter()
+        with_crc = write_store(Path(tmp) / "crc.parquet", caps, ids, cols, meta)
+        t_write = time.perf_counter() - t0
+        del cols
+        table = pq.read_table(with_crc)
+        without = Path(tmp) / "plain.parquet"
+        t0 = time.perf_counter()
+        pq.write_table(table, without, compression="none", use_dictionary=False,
+                       row_group_size=1 << 20, write_page_checksum=False)
+        t_write_plain = time.perf_counter() - t0
+        del table
+        verify: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(args.repeats):  # the CRC check alone: the same file read both ways
+            for on in (False, True):
+                t0 = time.perf_counter()
+                pq.read_table(with_crc, page_checksum_verification=on)
+                verify[on].append(time.perf_counter() - t0)
+        times: dict[str, list[float]] = {"plain": [], "crc": []}
+        for i in range(args.repeats):  # alternated, so load on a shared machine hits both alike
+            for name, path in (("plain", without), ("crc", with_crc)):
+                cache = Path(tmp) / f"cache-{name}-{i}"
+                t0 = time.perf_counter()
+                FeatureStore(path, cache_dir=cache)
+                times[name].append(time.perf_counter() - t0)
+                shutil.rmtree(cache)
+    size_mb = n * 2 * d * 4 / 2**20
+    plain, crc = float(np.median(times["plain"])), float(np.median(times["crc"]))
+    print(f"store: {n} rows x (image {d} + clip_text {d}) float32, ~{size_mb:.0f} MiB of features; "
+          f"finite={finite}")
+    print(f"write: with page checksums {t_write:.2f} s (write_store: validation + CRCs), "
+          f"pyarrow alone without {t_write_plain:.2f} s")
+    print(f"first open (decode to the .npy cache, NaN/inf pass), median of {args.repeats}: without checksums "
+          f"{plain:.2f} s, with checksums verified {crc:.2f} s -> +{crc - plain:.2f} s "
+          f"({100 * (crc - plain) / plain:+.0f}%), once per store version")
+    v0, v1 = float(np.median(verify[False])), float(np.median(verify[True]))
+    print(f"CRC verification alone (pq.read_table of the checksummed file, median of "
+          f"{args.repeats}): off {v0:.2f} s, on {v1:.2f} s -> +{v1 - v0:.2f} s")
+    print(f"of which the NaN/inf pass alone (numpy isfinite over both columns): {t_finite:.2f} s")
+    print("raw timings (s): " + "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}"
+                                          for k, vs in times.items()))
+    print(f"loadavg_1m {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

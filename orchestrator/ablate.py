@@ -47,7 +47,7 @@ def _list() -> int:
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.campaign import Campaign, describe, local_resources, run_table
     from orchestrator.plan import pack, plan_id, plan_members
-    from orchestrator.preflight import check_data, check_demo_fit
+    from orchestrator.preflight import check_campaign, check_demo_fit, check_seeds
     from orchestrator.registry import load_grid
     from orchestrator.report import grid_spec
     from orchestrator.resources import Resources
@@ -55,15 +55,16 @@ def _run(args: argparse.Namespace) -> int:
 
     opts = cli.options(args)
     grid = load_grid(args.grid)
-    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
-        raise ValueError(f"--seeds {args.seeds} has duplicates; give each seed once")
+    seeds = list(args.seeds) if args.seeds else list(grid.seeds)
+    where = "--seeds" if args.seeds else f"grid {grid.name}: seeds"
+    check_seeds(seeds, where)
     profile_name, prof = profile_overrides(opts.profile)
     if prof.get("data.demo"):
         check_demo_fit(grid, args.cells)
     members = plan_members(grid, lambda ov: build_config(opts.profile, overrides=ov),
                            args.seeds, args.cells)
-    array_keys = check_data(members).array_keys
-    seeds = list(args.seeds) if args.seeds else list(grid.seeds)
+    pre = check_campaign(members, opts, (seeds, where))  # everything, before Ray or MLflow
+    array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
     spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo"))}
@@ -83,6 +84,7 @@ def _run(args: argparse.Namespace) -> int:
               f"{len(trials)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")
         print(describe(trials))
+        print("\n".join(f"checked: {line}" for line in pre.checked))
         print("dry run: everything checked, nothing started")
         return 0
     return run_table(campaign, opts, array_keys)

@@ -15,8 +15,11 @@ creator's state is read from the actor table as well.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
+
+from trainables.ray_env import private_state_api
 
 NIL_ACTOR = b"\xff"
 """Groups made by a driver process (Tune's own trial groups) carry an all-0xFF creator id."""
@@ -34,12 +37,6 @@ def free_placement_groups(ids: Iterable[str]) -> None:
                 remove_placement_group(pg)
         except Exception:  # gone already, or the cluster is shutting down
             pass
-
-
-def _actor_state(actor_hex: str) -> str | None:
-    from ray._private.state import actors
-
-    return actors(actor_id=actor_hex).get("State") or None
 
 
 def orphans_in(rows: Iterable[bytes], actor_state: Callable[[str], str | None]) -> list[str]:
@@ -63,14 +60,16 @@ def orphaned_groups() -> list[str]:
     """Hex ids of live groups whose creating actor is dead, read from the GCS.
 
     Private API (the public ``placement_group_table()`` leaves out the creator): where it is
-    missing (another Ray version) this returns [] and only the per-trial release runs.
+    missing (another Ray version) this warns once and returns []; only the per-trial release
+    runs then.
     """
+    api = private_state_api()
+    if api is None:
+        return []
+    rows, actor_state = api
     try:
-        from ray._private.state import state
-
-        rows = state._connect_and_get_accessor().get_placement_group_table()
-        return orphans_in(rows, _actor_state)
-    except Exception:
+        return orphans_in(rows(), actor_state)
+    except Exception:  # the GCS is shutting down or briefly unreachable: try again next time
         return []
 
 
@@ -78,8 +77,8 @@ class Reaper:
     """Calls ``orphaned_groups`` at most every ``every_s`` seconds and frees what it finds."""
 
     def __init__(self, every_s: float = 5.0) -> None:
-        self.every_s, self.freed = every_s, 0
-        self.last: float | None = None  # the first call always reads (monotonic() may be < every_s)
+        # -inf, not 0: monotonic() starts near 0 at boot, so "never" must be earlier than any now.
+        self.every_s, self.last, self.freed = every_s, -math.inf, 0
 
     def __call__(self) -> int:
         now = time.monotonic()
@@ -100,6 +99,7 @@ def cleanup_callback(verbose: bool = True):
         def __init__(self) -> None:
             self.groups: dict[str, set[str]] = {}
             self.reap = Reaper()
+            private_state_api()  # says so once, up front, when the reaper cannot work
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if result.get("placement_group"):

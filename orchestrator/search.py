@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from orchestrator.campaign import Campaign, Session
     from orchestrator.plan import plan_id
-    from orchestrator.preflight import check_data
+    from orchestrator.preflight import check_campaign
     from orchestrator.registry import load_space
     from orchestrator.validate import validate_space
     from trainables.profiles import build_config, profile_overrides
@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     planner = Planner(space, opts.profile, build)
     probe = [planner.member("probe", {}, sa.search_seeds[0], "probe"),
              *planner.confirmation({}, sa.confirm_seeds)]
-    data = check_data(probe)
+    data = check_campaign(probe, opts)  # everything, before Ray or MLflow
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or _default_study(opts.storage)
     spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo")))
@@ -143,7 +143,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds in "
               f"rounds of {sa.round_size}, then {sa.finalists} finalists x {len(sa.finalist_seeds)} "
               f"seeds, then the winner and the baseline on seeds {list(sa.confirm_seeds)}; study "
-              f"{storage_url}\ndry run: everything checked, nothing started")
+              f"{storage_url}")
+        print("\n".join(f"checked: {line}" for line in data.checked))
+        print("dry run: everything checked, nothing started")
         return 0
     steps = data.total_steps[probe[0].key]
     session = Session(campaign, opts, {})

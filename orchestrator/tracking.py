@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,42 @@ TAG = "mmemb."  # prefix of our tags
 def default_tracking_uri() -> str:
     """The embedded default: a sqlite store in the working directory (absolute: trials chdir)."""
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "databricks",
+           "databricks-uc", "uc")
+"""the tracking stores MLflow 3 registers (``mlflow.tracking._tracking_service.utils``)"""
+_FORMS = "sqlite:///PATH/mlflow.db, http(s)://HOST:PORT, postgresql://..., mysql://... or file:///PATH"
+
+
+def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
+    """One line naming the URI, the problem and the fix, before any store is opened or created:
+    a scheme MLflow does not know, a local store whose folder is missing or read-only, a server
+    that does not answer."""
+    from mlflow.utils.uri import get_uri_scheme
+
+    scheme = get_uri_scheme(uri)
+    if scheme and scheme not in SCHEMES:
+        raise ValueError(f"{option} {uri}: MLflow has no {scheme!r} store; use {_FORMS}")
+    if scheme == "sqlite":
+        if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
+            raise ValueError(f"{option} {uri}: not a sqlite file (an in-memory store loses every "
+                             "run when the command ends); use sqlite:///PATH/mlflow.db")
+        _check_local(Path(uri.removeprefix("sqlite:///")), uri, option)
+    elif scheme in ("", "file"):  # a file store: the URI names its folder
+        _check_local(Path(urllib.parse.urlparse(uri).path if scheme else uri), uri, option)
+    check_reachable(uri)
+
+
+def _check_local(path: Path, uri: str, option: str) -> None:
+    """The store file (or folder) ``path`` can be created or written where the URI says."""
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
+                         f"(mkdir -p {folder}) or point {option} elsewhere")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{option} {uri}: {path if path.exists() else folder} is not writable; "
+                         f"fix its permissions or point {option} at a writable folder")
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
@@ -56,7 +93,7 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or default_tracking_uri()
-        check_reachable(self.uri)
+        check_tracking_uri(self.uri)
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(experiment)

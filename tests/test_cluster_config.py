@@ -101,15 +101,19 @@ def test_aws_node_types():
 
 
 def test_packed_runs_fit_the_small_worker():
-    """docs: 4 runs per GPU at the default 1 CPU each; a trial's driver holds no CPU
-    (orchestrator.launch.TRIAL_DRIVER_RESOURCES), so a trial costs exactly its run's 1 CPU."""
-    from orchestrator.launch import TRIAL_DRIVER_RESOURCES, Resources
+    """docs: 4 arrays per GPU at the default 1 CPU each; a trial's driver holds no CPU
+    (orchestrator.resources.TRIAL_DRIVER_RESOURCES), so a trial costs exactly its array's 1 CPU."""
+    from orchestrator.resources import TRIAL_DRIVER_RESOURCES, Resources
 
     assert TRIAL_DRIVER_RESOURCES.get("CPU", 0) == 0 and TRIAL_DRIVER_RESOURCES.get("GPU", 0) == 0
 
     res = raw(AWS)["available_node_types"]["gpu_small"]["resources"]
     assert Resources(1.0, 0.25).concurrency({"CPU": res["CPU"], "GPU": res["GPU"]}) == 4
     assert "--gpus-per-trial 0.25" in DOCS.read_text()
+    head = raw(AWS)["available_node_types"]["head"]
+    for stale in ("0.01 CPU", "--cpus-per-trial 0.9"):  # drivers no longer hold CPU
+        assert stale not in AWS.read_text() and stale not in LOCAL.read_text(), stale
+    assert head["resources"] == {"CPU": 0}
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
@@ -225,7 +229,7 @@ def test_doc_ray_commands_parse():
 
 def test_doc_ablate_commands_parse(capsys):
     from orchestrator.ablate import main
-    from orchestrator.grids import load_grid
+    from orchestrator.registry import load_grid
 
     found = 0
     for line in doc_lines():

@@ -1,8 +1,8 @@
 """A real two-node Ray cluster on this machine, started with the ``ray start`` CLI on loopback:
 the tiny table spreads over both nodes and ends with the numbers of a one-node run.
 
-This is what ``docs/cluster.md`` does on real machines (a head, a worker joining it, the table
-run with ``--address``), minus SSH. Teardown kills exactly the processes this test started (they
+This is what README.md, "Running on a cluster", does on real machines (a head, a worker joining
+it, the table run with ``--address``), minus SSH. Teardown kills exactly the processes this test started (they
 carry a unique environment tag and a unique Ray temp dir), never ``ray stop``, which would stop
 every Ray instance on the machine.
 """
@@ -58,7 +58,8 @@ def two_nodes():
     tag = os.urandom(8).hex()
     # The CLI and the cluster must agree on auth (docs/ecosystem-notes.md §2); RAY_TMPDIR keeps this
     # cluster's address file out of /tmp/ray, where another session's address="auto" looks.
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp),
+    # PYTHONPATH: the nodes' workers import this checkout, not an editable install elsewhere.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(tmp), "PYTHONPATH": str(ROOT),
            "MMEMB_TEST_TAG": tag, "RAY_USAGE_STATS_ENABLED": "0"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts", "start"]
     t0 = time.time()
@@ -106,7 +107,7 @@ def test_embedded_ray_does_not_join_a_cluster_started_on_this_machine(two_nodes)
     """Without --address the table must start its own Ray, even when `ray start` left an
     address file (ray.init() with no address joins that cluster, and refuses num_cpus)."""
     address, env = two_nodes
-    code = ("from trainables.train import init_ray; init_ray(num_cpus=1, log_to_driver=False); "
+    code = ("from trainables.ray_env import init_ray; init_ray(num_cpus=1, log_to_driver=False); "
             "import ray; print('gcs', ray.get_runtime_context().gcs_address)")
     tag = env["MMEMB_TEST_TAG"] + "-embedded"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -172,7 +172,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file {path} is not valid YAML ({e.__class__.__name__}); fix its syntax") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
-    return flatten(data)
+    flat = flatten(data)
+    base = RunConfig()
+    for key, value in flat.items():  # a misspelled key is the file's fault: say which file
+        try:
+            _set(base, str(key).split("."), value, str(key))
+        except ValueError as e:
+            raise ValueError(f"config file {path}: {e}; fix it in that file") from None
+    return flat
 
 
 def parse_cli_overrides(items: list[str]) -> dict[str, Any]:

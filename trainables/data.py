@@ -14,6 +14,7 @@ import torch
 
 from trainables.config import RunConfig
 from trainables.corpus import TextCorpus, Tokenize
+from trainables.feature_stats import FilterSample, sample_filter
 from trainables.store import FeatureStore
 
 
@@ -141,8 +142,33 @@ def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:
 
 
 def check_dims(cfg: RunConfig, data: TrainingData) -> None:
-    """Refuse, before any model is built, a store whose features the objective cannot use."""
+    """Refuse, before any model is built, a store whose features the objective cannot use: a
+    missing or mismatched ``clip_text``, an image feature CMA cannot compare, or a threshold
+    filter that would mask (nearly) every negative."""
     o = cfg.objective.resolved()
+    if data.pairs is None:
+        return
+    store, col = data.pairs.path, data.image_column
+    if o.method in ("mcse", "kdmcse"):
+        needs = [(what, fix) for on, what, fix in (
+            (o.clip_text_term, "objective.clip_text_term (KDMCSE's L_t)", "objective.clip_text_term=false"),
+            (o.threshold is not None, "the threshold filter", "objective.threshold=None"),
+        ) if on]
+        if needs and data.clip_text_dim is None:
+            what, fix = needs[0]
+            raise ValueError(
+                f"{store} has no 'clip_text' column but {what} needs the stored CLIP caption "
+                f"feature; convert a CLIP store (python -m trainables.convert clip-json) or set {fix}"
+            )
+        if o.threshold is not None and data.clip_text_dim != data.image_dim:
+            raise ValueError(
+                f"{store}: {col!r} features are {data.image_dim}-d but 'clip_text' is "
+                f"{data.clip_text_dim}-d; the threshold filter takes clip_text . {col} dot products "
+                "(docs/official-code.md §5.4), so both must come from one CLIP model: use such a "
+                "store or set objective.threshold=None"
+            )
+        threshold_sample(cfg, data)
+        return
     if o.method != "dalr" or not o.use_cma or data.image_dim is None:
         return
     from transformers import AutoConfig
@@ -156,3 +182,27 @@ def check_dims(cfg: RunConfig, data: TrainingData) -> None:
             f"compares them with the student's {hidden}-d embedding; use an image teacher of "
             f"that size (CLIP ViT-L/14 is 768-d, as BERT-base) or set objective.use_cma=false"
         )
+
+
+def threshold_sample(cfg: RunConfig, data: TrainingData) -> FilterSample | None:
+    """What the threshold filter does to a sample of this store's negatives (None: no filter).
+
+    Refuses a filter that would mask (nearly) every negative: both grounding terms would then be
+    exactly 0 and the run would train without grounding (docs/official-code.md §5.4, §9).
+    """
+    o = cfg.objective.resolved()
+    if o.threshold is None or data.pairs is None or data.clip_text_dim != data.image_dim:
+        return None
+    s = sample_filter(data.pairs.column("clip_text"), data.pairs.column(data.image_column),
+                      o.threshold, o.threshold_on)
+    if s.nearly_all:
+        scores = "raw dot products" if o.threshold_on == "dot" else "cosines"
+        raise ValueError(
+            f"objective.threshold={o.threshold:g} on {scores} masks {s.masked:.1%} of "
+            f"{s.n_pairs} sampled negatives of {data.pairs.path} (mean norms: clip_text "
+            f"{s.text_norm:.3g}, {data.image_column} {s.image_norm:.3g}; median score "
+            f"{s.median:.3g}), so both grounding terms would be 0; set objective.threshold_on="
+            f"cosine, a threshold above {s.p99:.3g} (the 99th percentile), or "
+            "objective.threshold=None (the official scripts' setting)"
+        )
+    return s

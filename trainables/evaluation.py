@@ -255,6 +255,33 @@ def _load_sets(data_dir: str | Path, tasks: Sequence[str]) -> dict[str, list[Pai
     return sets
 
 
+def check_senteval(data_dir: str | Path) -> str:
+    """Open and parse every file ``evaluate_sts`` and ``DevEvaluator`` will read, before any run.
+
+    One ``SentEvalDataError`` line names the file, the problem and the fix: a missing file, a
+    malformed line, or a file with fewer than two scored pairs (Spearman needs two; an empty
+    ``sts-dev.csv`` would make every dev score NaN). Returns a one-line summary.
+    """
+    root = resolve_data_dir(data_dir)
+    sets = _load_sets(root, ALL_TASKS)  # STS12-16 subsets, STS-B test and dev, SICK-R test
+    files = {"STSBenchmark_dev": root / "STS" / "STSBenchmark" / "sts-dev.csv",
+             "STSBenchmark": root / "STS" / "STSBenchmark" / "sts-test.csv",
+             "SICKRelatedness": root / "SICK" / "SICK_test_annotated.txt"}
+    n_files = n_pairs = 0
+    for key, group in sets.items():
+        for ps in group:
+            n_files += 1
+            n_pairs += len(ps.gold)
+            if len(ps.gold) < 2:
+                task, _, subset = ps.name.partition("/")
+                path = files.get(key) or root / "STS" / f"{task}-en-test" / f"STS.gs.{subset}.txt"
+                raise SentEvalDataError(
+                    f"{path}: {len(ps.gold)} scored sentence pairs, Spearman needs at least 2; "
+                    "the file is empty or truncated, re-download SentEval's data"
+                )
+    return f"SentEval {root}: {n_files} files, {n_pairs} scored pairs"
+
+
 def _score(emb: np.ndarray, row: dict[str, int], sets: dict[str, list[PairSet]],
            tasks: Sequence[str], align_mode: str | None) -> dict[str, float | str]:
     def pair_emb(ps: PairSet) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,8 @@ Used by whatever starts runs (``orchestrator``, ``python -m trainables.train``,
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -89,3 +91,39 @@ def root_cause(err: BaseException) -> str:
     last = errors[-1] if errors else (lines[-1] if lines else repr(err))
     head, _, msg = last.partition(": ")
     return f"{head.rsplit('.', 1)[-1]}: {msg}"[:500] if msg else last[:500]
+
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, line: str) -> None:
+    """One ``warning:`` line per process and key (a reaper that turned itself off says so)."""
+    if key not in _warned:
+        _warned.add(key)
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def private_state_api() -> tuple[Callable[[], list[bytes]], Callable[[str], str | None]] | None:
+    """(placement-group rows, actor state by id) from Ray's private ``ray._private.state``, or None
+    (with one warning line) where this Ray version moved it: the public state API needs the
+    dashboard (``ray[default]``), which the embedded Ray does not start (docs/ecosystem-notes.md §4)."""
+    try:
+        from ray._private import state as private
+
+        accessor = private.state._connect_and_get_accessor
+        actors = private.actors
+    except (ImportError, AttributeError) as e:
+        import ray
+
+        warn_once("private-state", f"Ray {ray.__version__} has no ray._private.state ({e}); "
+                  "placement groups of stopped or lost runs are not released automatically, so "
+                  "a table may hang after a node leaves: pin ray 2.60 (pyproject.toml)")
+        return None
+
+    def rows() -> list[bytes]:
+        return accessor().get_placement_group_table()
+
+    def actor_state(actor_hex: str) -> str | None:
+        return actors(actor_id=actor_hex).get("State") or None
+
+    return rows, actor_state

@@ -17,6 +17,12 @@ reader therefore decodes the feature columns once into raw ``.npy`` files (a cac
 store's size + mtime, beside the store by default) and memory-maps those; a random batch is then
 one numpy gather per column, no per-row Python, and all trial processes on a node share the pages
 (see ``bench/store_read.py`` for the measured rate).
+
+Integrity: the writer refuses NaN/inf features and empty captions, and writes a CRC32 checksum
+with every Parquet page (``StoreMetadata.page_checksums``). The reader checks the same, cheaply:
+pages are verified and values checked for NaN/inf while the cache is decoded (once per store
+version), captions at every open. A page overwritten in the middle of a file, with its footer
+intact, therefore fails with one line instead of decoding to garbage rows.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +46,8 @@ from trainables.filelock import file_lock
 
 FORMAT_VERSION = 1
 META_KEY = b"mmemb"
+CACHE_VERSION = 2
+"""bumped when the decoder checks more: entries decoded by an older, laxer reader are not reused"""
 STRING_COLUMNS = ("caption", "image_id")
 REQUIRED_FEATURES = ("image",)
 
@@ -62,6 +70,8 @@ class StoreMetadata:
     """whether stored features are L2-normalised (official CLIP JSONs and ResNet HDF5: False)"""
     extra: dict = field(default_factory=dict)
     """json-able extras, e.g. {"teacher_simcse": {"model": ..., "dim": ...}} for added columns"""
+    page_checksums: bool = False
+    """set by the writer: every page carries a CRC32 (stores written before it have none)"""
 
     def to_json(self) -> str:
         return json.dumps({"format_version": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
@@ -132,12 +142,18 @@ def _check_dims(meta: StoreMetadata, dims: Mapping[str, int], source: str) -> No
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:  # a missing output folder is created, as users expect of --out
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write there ({exc.strerror}: {exc.filename}); choose a "
+                         "writable output folder") from None
     os.close(fd)
     try:
         # No compression: feature floats barely compress and uncompressed pages read faster.
-        pq.write_table(table, tmp, compression="none", use_dictionary=False, row_group_size=1 << 20)
+        # Page CRCs: a page corrupted later (a bad disk, a partial copy) fails at decode.
+        pq.write_table(table, tmp, compression="none", use_dictionary=False,
+                       row_group_size=1 << 20, write_page_checksum=True)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -175,7 +191,8 @@ def write_store(
         "image_id": pa.array([str(x) for x in image_ids], pa.string()),
     }
     fields.update({name: _fixed_list(arr) for name, arr in mats.items()})
-    table = pa.table(fields).replace_schema_metadata({META_KEY: metadata.to_json().encode()})
+    meta = replace(metadata, page_checksums=True)
+    table = pa.table(fields).replace_schema_metadata({META_KEY: meta.to_json().encode()})
     return _atomic_write_table(table, path)
 
 
@@ -184,7 +201,7 @@ def _open_schema(path: Path) -> tuple[pq.ParquetFile, StoreMetadata]:
     if not path.is_file():
         raise StoreError(f"{path}: feature store not found; build it with python -m trainables.convert")
     try:
-        pf = pq.ParquetFile(str(path), memory_map=True)
+        pf = pq.ParquetFile(str(path), memory_map=True, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
         raise StoreError(
             f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); the file is corrupt "
@@ -201,7 +218,8 @@ def _open_schema(path: Path) -> tuple[pq.ParquetFile, StoreMetadata]:
 
 def _read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
     try:
-        return pq.read_table(str(path), columns=columns, memory_map=True)
+        return pq.read_table(str(path), columns=columns, memory_map=True,
+                             page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
         raise StoreError(
             f"{path}: Parquet data unreadable ({str(exc).splitlines()[0]}); the file is corrupt, "
@@ -239,7 +257,7 @@ def _feature_cache(
     st = path.stat()
     tag = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
     root = cache_root(path, cache_dir)
-    entry = root / f"{path.name}-{tag}-{st.st_size}-{st.st_mtime_ns}"
+    entry = root / f"{path.name}-{tag}-{st.st_size}-{st.st_mtime_ns}-c{CACHE_VERSION}"
     if not (entry / "complete").is_file():
         with file_lock(root / f".{path.name}-{tag}.lock"):  # one decoder per store at a time
             if not (entry / "complete").is_file():
@@ -261,7 +279,9 @@ def _decode_into(entry: Path, root: Path, path: Path, pf: pq.ParquetFile, names:
         for rb in pf.iter_batches(batch_size=1 << 16, columns=names, use_threads=True):
             for c in names:
                 flat = rb.column(c).flatten().to_numpy(zero_copy_only=False)
-                mats[c][row : row + rb.num_rows] = flat.reshape(rb.num_rows, -1)
+                block = flat.reshape(rb.num_rows, -1)
+                _check_finite(path, c, block, row)
+                mats[c][row : row + rb.num_rows] = block
             row += rb.num_rows
         if row != n:
             raise StoreError(f"{path}: footer says {n} rows, data has {row}; re-create the store")
@@ -276,8 +296,13 @@ def _decode_into(entry: Path, root: Path, path: Path, pf: pq.ParquetFile, names:
             shutil.rmtree(tmp, ignore_errors=True)
     except (pa.ArrowException, OSError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        why = str(exc).splitlines()[0]
+        if "checksum" in why.lower():
+            raise StoreError(f"{path}: a page fails its checksum ({why}); the file is corrupt "
+                             "(a bad disk or copy): re-create it with python -m trainables.convert"
+                             ) from None
         raise StoreError(
-            f"{path}: could not decode features ({str(exc).splitlines()[0]}); the file is "
+            f"{path}: could not decode features ({why}); the file is "
             "corrupt or the cache dir is full, re-create the store or set MMEMB_CACHE_DIR"
         ) from None
     except BaseException:
@@ -291,6 +316,30 @@ def _decode_into(entry: Path, root: Path, path: Path, pf: pq.ParquetFile, names:
             if old != entry and stale and not old.name.endswith(".lock"):
                 shutil.rmtree(old, ignore_errors=True)
 
+
+
+def _check_finite(path: Path, column: str, block: np.ndarray, first_row: int) -> None:
+    """The writer's NaN/inf refusal, on read (a store written by other tools, or a bad copy)."""
+    bad = ~np.isfinite(block).all(axis=1)
+    if bad.any():
+        raise StoreError(
+            f"{path}: column {column!r}: NaN/inf in row {first_row + int(np.argmax(bad))} "
+            f"({int(bad.sum())} bad rows in that block); re-create the store with python -m "
+            "trainables.convert, which refuses such rows"
+        )
+
+
+def _check_captions(path: Path, captions: pa.ChunkedArray) -> None:
+    """The writer's empty-caption refusal, on read: a blank caption trains on nothing."""
+    import pyarrow.compute as pc
+
+    blank = pc.or_(pc.is_null(captions), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(captions)), 0))
+    if pc.any(blank).as_py():
+        row = pc.index(blank, True).as_py()
+        raise StoreError(
+            f"{path}: empty caption in row {row} ({pc.sum(blank).as_py()} empty); drop those rows "
+            "and re-create the store with python -m trainables.convert"
+        )
 
 
 class FeatureStore:
@@ -321,6 +370,7 @@ class FeatureStore:
         # Strings are small next to the features (~60 B/caption); numpy object arrays make the
         # per-batch gather a C-level take instead of a Python loop over Arrow scalars.
         strings = _read_table(self.path, list(STRING_COLUMNS))
+        _check_captions(self.path, strings.column("caption"))
         self._strings = {n: np.asarray(strings.column(n).to_pylist(), dtype=object) for n in STRING_COLUMNS}
 
     def __len__(self) -> int:
@@ -378,7 +428,7 @@ def add_columns(
             raise StoreError(f"{path}: column {name!r} has {mat.shape[0]} rows, store has {table.num_rows}")
         table = table.append_column(name, _fixed_list(mat))
     extra = {**meta.extra, **dict(extra_metadata or {})}
-    new_meta = StoreMetadata(**{**asdict(meta), "extra": extra})
+    new_meta = StoreMetadata(**{**asdict(meta), "extra": extra, "page_checksums": True})
     new_meta.to_json()  # fail before writing if extra is not json-able
     table = table.replace_schema_metadata({META_KEY: new_meta.to_json().encode()})
     return _atomic_write_table(table, path)

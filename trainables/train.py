@@ -33,16 +33,22 @@ def _stop_if_orphaned(owner: str | None) -> None:
 
     A stopped trial's process dies, but Train V2 keeps its controller retrying (the run's owner
     is not watched without Ray's state API, absent in this install), so a zombie run would take
-    CPUs/GPUs from the next trials. The GCS actor table answers without the dashboard.
+    CPUs/GPUs from the next trials. The GCS actor table answers without the dashboard; where this
+    Ray version moved it, ``private_state_api`` warns once and the run keeps training.
     """
     if not owner:
         return
     import ray
     from ray.train.v2._internal.execution.context import get_train_context
 
+    from trainables.ray_env import private_state_api
+
+    api = private_state_api()
+    if api is None:
+        return
     try:
-        dead = ray._private.state.actors(actor_id=owner).get("State") == "DEAD"
-    except Exception:  # private API moved: keep training rather than guess
+        dead = api[1](owner) == "DEAD"
+    except Exception:  # the GCS is briefly unreachable: look again at the next report
         return
     if dead:
         # Kill the controller, then free this run's placement group: it outlives its creator and

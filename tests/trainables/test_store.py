@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +40,7 @@ def test_round_trip_batch_matches_input_rows(store, tmp_path):
     path, caps, ids, cols = store
     fs = FeatureStore(path, cache_dir=tmp_path / "cache")
     assert len(fs) == 10
-    assert fs.metadata == _meta()
+    assert fs.metadata == replace(_meta(), page_checksums=True)  # the writer sets it
     idx = np.array([7, 0, 7, 3])
     b = fs.batch(idx)
     assert b["caption"] == [caps[i] for i in idx]
@@ -111,6 +112,69 @@ def test_truncated_file_is_named_with_fix(store, tmp_path):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(StoreError, match=r"s\.parquet.*corrupt or truncated.*trainables\.convert"):
         FeatureStore(path)
+
+
+def _foreign(path, out, **columns):
+    """The store at ``path`` rewritten by another tool: ``columns`` replaced, our metadata kept
+    (minus the checksum flag), no page checksums; as a store written before them looks."""
+    table = pq.read_table(path)
+    for name, values in columns.items():
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, values)
+    meta = table.schema.metadata[b"mmemb"].replace(b'"page_checksums": true', b'"page_checksums": false')
+    pq.write_table(table.replace_schema_metadata({b"mmemb": meta}), out)
+    return out
+
+
+def test_nan_row_written_by_another_tool_is_refused_on_read(store, tmp_path):
+    path, caps, ids, cols = store
+    img = cols["image"].copy()
+    img[7, 2] = np.nan
+    bad = _foreign(path, tmp_path / "nan.parquet",
+                   image=pa.FixedSizeListArray.from_arrays(pa.array(img.reshape(-1)), 6))
+    with pytest.raises(StoreError, match=r"nan\.parquet: column 'image': NaN/inf in row 7 .*convert"):
+        FeatureStore(bad, cache_dir=tmp_path / "cache")
+    assert entries(tmp_path / "cache") == []  # nothing half-validated is left to be reused
+
+
+def test_empty_caption_is_refused_on_read(store, tmp_path):
+    path, caps, *_ = store
+    bad = _foreign(path, tmp_path / "blank.parquet",
+                   caption=pa.array([*caps[:4], "  ", *caps[5:]], pa.string()))
+    with pytest.raises(StoreError, match=r"blank\.parquet: empty caption in row 4 \(1 empty\)"):
+        FeatureStore(bad, cache_dir=tmp_path / "cache")
+
+
+def _overwrite_middle(path, out, n=4096):
+    """4 KB of noise in the middle of the file, footer intact."""
+    raw = bytearray(path.read_bytes())
+    mid = len(raw) // 2
+    raw[mid : mid + n] = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8).tobytes()
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def test_page_overwritten_in_the_middle_fails_its_checksum(tmp_path):
+    n, dim = 4000, 64  # ~2 MB: the 4 KB land inside a feature page
+    rng = np.random.default_rng(0)
+    cols = {"image": rng.standard_normal((n, dim)).astype(np.float32),
+            "clip_text": rng.standard_normal((n, dim)).astype(np.float32)}
+    path = write_store(tmp_path / "s.parquet", [f"c {i}" for i in range(n)],
+                       [str(i) for i in range(n)], cols, _meta(dim, dim))
+    bad = _overwrite_middle(path, tmp_path / "hit.parquet")
+    assert pq.ParquetFile(bad).metadata.num_rows == n  # the footer still reads
+    with pytest.raises(StoreError, match=r"hit\.parquet: a page fails its checksum.*convert"):
+        FeatureStore(bad, cache_dir=tmp_path / "cache")
+    assert FeatureStore(path, cache_dir=tmp_path / "cache").metadata.page_checksums
+
+
+def test_store_without_checksums_still_opens_and_says_so(store, tmp_path):
+    """Stores written before page checksums: read (NaN/empty checks still apply), flagged so
+    callers can warn (orchestrator.preflight does)."""
+    path, *_ = store
+    old = _foreign(path, tmp_path / "old.parquet")
+    fs = FeatureStore(old, cache_dir=tmp_path / "cache")
+    assert fs.metadata.page_checksums is False and len(fs) == 10
 
 
 def test_parquet_without_our_metadata_is_refused(tmp_path):
