@@ -79,6 +79,15 @@ class Comparison:
     alpha: float
     significant: bool
     """t_student_p < alpha (False when the p-value is nan)"""
+    sd_pooled: float = math.nan
+    """pooled per-seed std of the two groups (the Student test's sigma)"""
+    sd_diff: float = math.nan
+    """std of the matched-seed differences (the paired test's sigma)"""
+    power: float = 0.8
+    detectable_student: float = math.nan
+    """smallest true difference the Student test detects with ``power`` at these n and sd_pooled"""
+    detectable_paired: float = math.nan
+    """same for the paired test, at n_paired and sd_diff"""
 
 
 def _as_seed_map(values: Mapping[int, float] | Sequence[float], name: str) -> dict[int, float]:
@@ -166,6 +175,7 @@ def compare(
     alpha: float = 0.05,
     confidence: float = 0.95,
     ci: str = "welch",
+    power: float = 0.8,
 ) -> Comparison:
     """Compare a variant cell with the baseline on one metric over seeds.
 
@@ -176,6 +186,8 @@ def compare(
         confidence: level of the CI of the difference of means.
         ci: 'welch' (Welch-Satterthwaite df, default), 'student' (pooled SD, df = n1+n2-2) or
             'paired' (t interval of the mean matched-seed difference).
+        power: the power at which the detectable differences are given. They plug the measured
+            std in for the true one, so they are estimates as noisy as that std.
 
     Returns:
         A :class:`Comparison`; degenerate tests give nan as the module docstring lists.
@@ -186,6 +198,7 @@ def compare(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if ci not in CI_METHODS:
         raise ValueError(f"ci must be one of {CI_METHODS}, got {ci!r}")
+    _check_level(alpha, power)
     vmap, bmap = _as_seed_map(variant, "variant"), _as_seed_map(baseline, "baseline")
     v, b = np.array(list(vmap.values())), np.array(list(bmap.values()))
     common = sorted(set(vmap) & set(bmap))
@@ -208,6 +221,12 @@ def compare(
             p_paired = float(sps.ttest_rel(pv, pb).pvalue)
     g = hedges_g(mean_v, mean_b, sd_v, sd_b, v.size, b.size) if unpaired_ok else math.nan
     lo, hi = _ci(v, b, d, ci, confidence)
+    sp = pooled_sd(sd_v, sd_b, v.size, b.size)
+    sdd = _sd(d)
+    # nan where the test itself is nan (no spread: no test, so no power either).
+    mdd = detectable_difference(sp, v.size, alpha, power, n2=b.size) if unpaired_ok else math.nan
+    paired_ok = d.size >= 2 and not _constant(d)
+    mdd_p = detectable_difference(sdd, d.size, alpha, power, "paired") if paired_ok else math.nan
     return Comparison(
         n_variant=int(v.size),
         n_baseline=int(b.size),
@@ -227,6 +246,11 @@ def compare(
         confidence=confidence,
         alpha=alpha,
         significant=bool(p_student < alpha),  # nan < alpha is False
+        sd_pooled=sp,
+        sd_diff=sdd,
+        power=power,
+        detectable_student=mdd,
+        detectable_paired=mdd_p,
     )
 
 

@@ -129,3 +129,20 @@ def test_sd_interval_chi_square():
     assert lo == pytest.approx(math.sqrt(4 / sps.chi2.ppf(0.975, 4)))
     assert (lo, hi) == pytest.approx((0.5991, 2.8736), abs=1e-4)
     assert all(math.isnan(x) for x in sd_interval(1.0, 1))
+
+
+def test_compare_reports_the_detectable_differences():
+    from orchestrator.stats import compare
+
+    v = {0: 77.1, 1: 77.6, 2: 76.9, 3: 77.8, 4: 77.3}
+    b = {0: 75.2, 1: 75.9, 2: 74.8, 3: 76.0, 4: 75.5}
+    c = compare(v, b)
+    sp = math.sqrt((np.var(list(v.values()), ddof=1) + np.var(list(b.values()), ddof=1)) / 2)
+    sd = float(np.std([v[s] - b[s] for s in v], ddof=1))
+    assert c.sd_pooled == pytest.approx(sp) and c.sd_diff == pytest.approx(sd)
+    assert c.detectable_student == pytest.approx(2.0244393 * sp, rel=1e-6)
+    assert c.detectable_paired == pytest.approx(detectable_difference(sd, 5, design="paired"))
+    assert compare(v, b, power=0.9).detectable_student > c.detectable_student
+    # Constant paired differences: no paired test, so no paired power either.
+    const = compare({s: x + 1 for s, x in b.items()}, b)
+    assert math.isnan(const.detectable_paired) and math.isfinite(const.detectable_student)
