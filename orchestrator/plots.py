@@ -1,4 +1,5 @@
-"""The PNG of a paper table: the full scale beside the differences to the baseline.
+"""The PNGs: a paper table (the full scale beside the differences to the baseline), and the
+calibration of the seed tests (``orchestrator.calibrate``).
 
 Two panels, so no axis exaggerates a gap (issue 13: an axis starting at 89.7 made 0.3 points look
 large):
@@ -24,6 +25,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from orchestrator.tables import TableAnalysis, label, metric_key
 
@@ -224,6 +227,109 @@ def _step(xs: Mapping[str, float]) -> float:
 
 def _finite(x: float) -> float:
     return x if math.isfinite(x) else 0.0
+
+
+def calibration_figure(cal: Any) -> Any:
+    """Four panels of an ``orchestrator.calibrate.Calibration``: the seeds per method, the A/A
+    p-values (uniform if the test is calibrated), the false-positive rates with their intervals,
+    and the power at the table's seed count against the true difference."""
+    from orchestrator.stats import t_power
+
+    fig = _figure(12.0, 8.6)
+    (seeds_ax, p_ax), (fpr_ax, pow_ax) = fig.subplots(2, 2)
+    g, alpha = cal.group_size, cal.alpha
+    _suptitle(fig, f"Calibration of the seed tests: {label(cal.metric)}, {g} seeds per cell, "
+                   f"alpha {alpha}")
+
+    # Seeds: each run a point; a control run joined to the baseline run of the same seed.
+    names = list(cal.spreads)
+    where: dict[tuple[str, int], tuple[float, float]] = {}
+    for i, name in enumerate(names):
+        sp = cal.spreads[name]
+        xs = _spread(float(i), len(sp.values), 0.3)
+        where.update({(name, s): (x, y) for x, (s, y) in zip(xs, sp.values.items(), strict=True)})
+        seeds_ax.scatter(xs, list(sp.values.values()), **SEED_DOT)
+        if math.isfinite(sp.sd):
+            seeds_ax.errorbar([i + 0.3], [sp.mean], yerr=[sp.sd], fmt="o", color="tab:blue",
+                              capsize=4)
+            seeds_ax.annotate(f"std {sp.sd:.2f}", (i + 0.34, sp.mean), fontsize=8, va="center")
+    if cal.control is not None and len(names) >= 2:
+        for s in cal.control.seeds:
+            (x0, y0), (x1, y1) = where[(names[0], s)], where[(names[1], s)]
+            seeds_ax.plot([x0, x1], [y0, y1], color="0.7", lw=0.6, zorder=1)
+    seeds_ax.set_xticks(range(len(names)), [f"{n}\n({cal.spreads[n].n} runs)" for n in names])
+    seeds_ax.set_xlim(-0.6, len(names) - 0.2)
+    seeds_ax.set_ylabel(f"{label(cal.metric)} per run (axis zoomed to the runs)")
+    seeds_ax.set_title("each run; lines join the same seed", fontsize=10)
+
+    # A/A p-values: a calibrated test gives a flat histogram; the first bar is its FPR.
+    bins = np.linspace(0, 1, 21)
+    for t, color in (("student", "tab:blue"), ("paired", "tab:orange")):
+        ps = [x for x in cal.aa_pvalues.get(t, []) if math.isfinite(x)]
+        if ps:
+            p_ax.hist(ps, bins=bins, density=True, histtype="step", lw=1.6, color=color,
+                      label=f"{t} (a sample of {len(ps)} resampled splits)")
+    p_ax.axhline(1.0, color="0.3", ls="--", lw=1, label="calibrated: uniform")
+    p_ax.axvspan(0, alpha, color="tab:red", alpha=0.15, lw=0, label=f"p < {alpha}")
+    p_ax.set_xlabel(f"A/A p-value ({names[0] if names else ''} vs itself, disjoint seeds)")
+    p_ax.set_ylabel("density")
+    p_ax.legend(fontsize=8)
+    p_ax.set_title("A/A p-values", fontsize=10)
+
+    # False-positive rates: resampled rate with its jackknife interval, disjoint exact interval.
+    tests = list(cal.aa)
+    top = min(1.0, max([0.25, *(1.2 * r.resampled_ci[1] for r in cal.aa.values()
+                                 if math.isfinite(r.resampled_ci[1])),
+                        *(1.2 * r.resampled for r in cal.aa.values())]))
+    for i, t in enumerate(tests):
+        r = cal.aa[t]
+        if math.isfinite(r.ci[0]):
+            hi = min(r.ci[1], top)
+            fpr_ax.plot([i - 0.15, i - 0.15], [r.ci[0], hi], color="0.55", lw=3,
+                        label="disjoint splits: exact 95% CI" if i == 0 else None)
+            if r.ci[1] > top:
+                fpr_ax.annotate(f"↑ {100 * r.ci[1]:.0f}%", (i - 0.22, top), fontsize=7,
+                                ha="right", va="top")
+        lo, hi = r.resampled_ci
+        err = [[r.resampled - lo], [hi - r.resampled]] if math.isfinite(lo) else None
+        fpr_ax.errorbar([i + 0.1], [r.resampled], yerr=err, fmt="o", color="tab:blue", capsize=4,
+                        label="resampled: rate, jackknife 95%" if i == 0 else None)
+    fpr_ax.axhline(alpha, color="tab:red", ls="--", lw=1, label=f"nominal {alpha}")
+    short = {"student": "Student", "welch": "Welch", "paired": "paired",
+             "family_any_star": "any * in\ntable", "family_holm": "any after\nHolm"}
+    fpr_ax.set_xticks(range(len(tests)), [short.get(t, t) for t in tests], fontsize=8)
+    fpr_ax.set_ylim(0, top)
+    fpr_ax.set_ylabel("false-positive rate")
+    fpr_ax.legend(fontsize=8)
+    fpr_ax.set_title("false positives (A/A)", fontsize=10)
+
+    # Power at g seeds against the true difference, at the measured stds.
+    base = cal.spreads.get(names[0]) if names else None
+    c = cal.control
+    hi_d = max(2.0, 1.3 * abs(c.diff) if c is not None else 0.0, *(1.1 * d for d in cal.deltas))
+    d = np.linspace(0, hi_d, 200)
+    if base is not None and math.isfinite(base.sd) and base.sd > 0:
+        pow_ax.plot(d, [t_power(x, base.sd, g, alpha) for x in d], color="tab:blue",
+                    label=f"Student, sigma = {names[0]} std {base.sd:.2f}")
+    if c is not None and c.sd_diff > 0:
+        pow_ax.plot(d, [t_power(x, c.sd_diff, g, alpha, "paired") for x in d], color="tab:orange",
+                    label=f"paired, sigma_d = {c.sd_diff:.2f} (control pairs)")
+        for t, color in (("student", "tab:blue"), ("paired", "tab:orange")):
+            pow_ax.scatter([abs(c.diff)], [c.found[t].resampled], color=color, marker="s",
+                           edgecolors="k", zorder=5,
+                           label="positive control: found in (resampled)" if t == "student" else None)
+    if cal.deltas:
+        pow_ax.axvspan(min(cal.deltas), max(cal.deltas), color="0.5", alpha=0.15, lw=0,
+                       label="published gaps")
+    pow_ax.axhline(cal.power, color="0.3", ls=":", lw=1)
+    pow_ax.set_ylim(0, 1.02)
+    pow_ax.set_xlabel("true difference (points)")
+    pow_ax.set_ylabel(f"power with {g} seeds per cell")
+    pow_ax.legend(fontsize=8, loc="lower right")
+    pow_ax.set_title("power against the true difference", fontsize=10)
+    for ax in (seeds_ax, fpr_ax, pow_ax):
+        ax.grid(axis="y", alpha=0.3)
+    return fig
 
 
 def save_png(fig: Any, path: str | Path) -> Path:
