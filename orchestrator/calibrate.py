@@ -340,6 +340,10 @@ def calibrate(results: Mapping[str, Mapping[int, Mapping[str, float]]], *, group
 # ------------------------------------------------------------------------------- the report
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell{'s' * (n != 1)}"
+
+
 def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
 
@@ -395,7 +399,7 @@ def to_markdown(cal: Calibration, runs_line: str = "") -> str:
     for t in FAMILY:
         if t in cal.aa:
             r = cal.aa[t]
-            out.append(f"- Table-wide ({cal.family_cells} cells x {len(DEFAULT_COLUMNS)} columns, "
+            out.append(f"- Table-wide ({_cells(cal.family_cells)} x {len(DEFAULT_COLUMNS)} columns, "
                        f"all one configuration), {TEST_NAMES[t]}: {stated(r)}"
                        + (f", {_verdict(r, a, family=True)}." if t == "family_holm" else "."))
     c = cal.control
@@ -436,7 +440,7 @@ def to_markdown(cal: Calibration, runs_line: str = "") -> str:
             "draw agrees (then the exact interval is the one to read). The paired test pairs the "
             "groups by position "
             "(an arbitrary pairing). Table-wide rows draw a baseline and "
-            f"{cal.family_cells} cells of {g} runs each and test all of them on every column.", "",
+            f"{_cells(cal.family_cells)} of {g} runs each and test all of them on every column.", "",
             "| test | disjoint: rejections / splits | exact 95% CI | resampled rate | "
             "jackknife 95% interval | draws |", "|---" * 6 + "|"]
     for t, r in cal.aa.items():
