@@ -47,7 +47,7 @@ def _list() -> int:
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.campaign import Campaign, describe, local_resources, run_table
     from orchestrator.plan import pack, plan_id, plan_members
-    from orchestrator.preflight import check_data
+    from orchestrator.preflight import check_data, check_demo_fit
     from orchestrator.registry import load_grid
     from orchestrator.report import grid_spec
     from orchestrator.resources import Resources
@@ -58,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds {args.seeds} has duplicates; give each seed once")
     profile_name, prof = profile_overrides(opts.profile)
+    if prof.get("data.demo"):
+        check_demo_fit(grid, args.cells)
     members = plan_members(grid, lambda ov: build_config(opts.profile, overrides=ov),
                            args.seeds, args.cells)
     array_keys = check_data(members).array_keys

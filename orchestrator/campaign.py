@@ -131,6 +131,11 @@ class Session:
         if not todo:
             return Outcome({}, {}, {})
         opts = self.opts
+        new = [m for m in members if m.key not in self.array_keys]
+        if new:  # members planned after the session opened (a search's rounds)
+            from orchestrator.preflight import check_data
+
+            self.array_keys.update(check_data(new).array_keys)
         # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
         # Train checkpoint) whenever none of its members finished.
         trials = [t for t in (
@@ -201,6 +206,10 @@ class Session:
         return 0
 
     def interrupted(self) -> int:
+        """Ctrl-C: the parent and its unfinished children end KILLED (--resume reopens them)."""
+        for run in self.tracker.unfinished_trials(self.parent).values():
+            if self.tracker.client.get_run(run).info.status == "RUNNING":
+                self.tracker.end(run, "KILLED")
         self.tracker.end(self.parent, "KILLED")
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)

@@ -11,6 +11,7 @@ FINISHED with an ``mmemb.stopped`` tag.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,30 @@ class MlflowMirror(Callback):
         self.pruned: dict[str, int] = {}
         self.best_dev: dict[str, float] = {}
         """member key -> best STS-B dev so far (a pruned member's value in a search)"""
+        self.reused: set[str] = set()
+        self.logged_steps: dict[str, set[int]] = {}
+        """dev-curve steps already in MLflow for runs an interrupted driver left behind"""
 
     def _child(self, trial_plan: TrialPlan, m: MemberPlan) -> str:
         if m.key not in self.runs:  # once per member, even across Tune retries
+            old = self.reuse.pop(m.key, None)
             self.runs[m.key] = self.outbox.start_child(
-                self.parent, member_record(m, trial_plan), reuse=self.reuse.pop(m.key, None))
+                self.parent, member_record(m, trial_plan), reuse=old)
+            if old is not None:
+                self.reused.add(m.key)
         return self.runs[m.key]
+
+    def _already_logged(self, key: str, run: str, step: int) -> bool:
+        """A resumed run re-sends the evaluation of its checkpoint: log it once."""
+        if key not in self.reused or run.startswith("pending:"):
+            return False
+        if key not in self.logged_steps:
+            try:
+                hist = self.outbox.tracker.client.get_metric_history(run, "stsb_dev")
+            except Exception:  # unreadable: log again rather than lose the point
+                hist = []
+            self.logged_steps[key] = {int(h.step) for h in hist}
+        return step in self.logged_steps[key]
 
     def on_trial_start(self, iteration, trials, trial, **info):
         plan: TrialPlan = self.plans[trial.config["index"]]
@@ -70,6 +89,10 @@ class MlflowMirror(Callback):
             if "best_stsb_dev" in entry:
                 self.best_dev[key] = float(entry["best_stsb_dev"])
             metrics = {**entry, "step": entry.get("step", result.get("step", 0))}
+            if result.get("resumed"):
+                if self._already_logged(key, run, int(metrics["step"])):
+                    continue
+                self.logged_steps.setdefault(key, set()).add(int(metrics["step"]))
             if result.get("final"):
                 metrics["final"] = 1
             self.outbox.log_result(run, metrics)
@@ -80,12 +103,20 @@ class MlflowMirror(Callback):
                 self._end(run, key, "FINISHED")
             elif result.get("final"):
                 if result.get("checkpoint_path") and entry.get("model"):
-                    self.outbox.set_tag(run, f"{TAG}checkpoint",
-                                        str(Path(result["checkpoint_path"]) / entry["model"]))
+                    self._model(run, plan, Path(result["checkpoint_path"]) / entry["model"])
                 if result.get("node_id"):
                     self.outbox.set_tag(run, f"{TAG}node", str(result["node_id"]))
                 self.finals[key] = entry
                 self._end(run, key, "FINISHED")
+
+    def _model(self, run: str, plan: TrialPlan, folder: Path) -> None:
+        """The member's best student into MLflow as a model; once it is there, Ray's copy goes
+        (unless --keep-checkpoints): the store is where users find models, and one copy is enough."""
+        if "://" in str(folder) or not folder.is_dir():  # remote storage: point at it
+            self.outbox.set_tag(run, f"{TAG}checkpoint", str(folder))
+            return
+        if self.outbox.log_model(run, str(folder)) and not plan.keep_checkpoints:
+            shutil.rmtree(folder.parent, ignore_errors=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         plan: TrialPlan = self.plans[trial.config["index"]]

@@ -54,6 +54,14 @@ class Outbox:
         self._write(handle, "set_tag", lambda: self.tracker.client.set_tag(handle, key, value),
                     {"key": key, "value": value})
 
+    def log_model(self, handle: str, folder: str) -> bool:
+        """Upload a member's MLflow model folder; False when it had to wait in the journal."""
+        done = not handle.startswith(PENDING) and \
+            self._try(lambda: self.tracker.log_model_dir(handle, folder)) is not None
+        if not done:
+            self._keep({"op": "log_model", "handle": handle, "folder": folder})
+        return done
+
     def end(self, handle: str, status: str) -> None:
         self._write(handle, "end", lambda: self.tracker.end(handle, status), {"status": status})
 
@@ -101,6 +109,8 @@ def replay(journal: Path, tracker: Tracker) -> int:
             raise ValueError(f"journal {journal}: {e['op']} for {run} before its run started")
         if e["op"] == "log_result":
             tracker.log_result(run, e["result"])
+        elif e["op"] == "log_model":
+            tracker.log_model_dir(run, e["folder"])
         elif e["op"] == "set_tag":
             tracker.client.set_tag(run, e["key"], e["value"])
         elif e["op"] == "end":

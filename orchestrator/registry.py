@@ -95,16 +95,16 @@ def list_text(grids: bool = True, spaces: bool = True,
                 (check or validate_grid)(g)
                 alias = [a for a, n in ALIASES.items() if n == name]
                 size = f"{len(g.cells)} cells x {len(g.seeds)} seeds"
-                lines.append(f"grid    {name:<16} {size:<24} {g.title}"
+                lines.append(f"grid    {name:<27} {size:<23} {g.title}"
                              + (f" (alias: {', '.join(alias)})" if alias else ""))
             elif hasattr(mod, "SPACE") and spaces:
                 s = _entry(name, "search")
                 (check or validate_space)(s)
                 size = f"{s.num_samples} samples + {len(s.confirm_seeds)} seeds"
-                lines.append(f"search  {name:<16} {size:<24} {s.title}")
+                lines.append(f"search  {name:<27} {size:<23} {s.title}")
         except ValueError as e:
             broken.append(name)
-            lines.append(f"BROKEN  {name:<16} {e}")
+            lines.append(f"BROKEN  {name:<27} {e}")
     text = "\n".join(lines)
     if broken:
         raise ValueError(f"{text}\n{len(broken)} broken entr{'y' if len(broken) == 1 else 'ies'}: "

@@ -146,8 +146,7 @@ def _run(args: argparse.Namespace) -> int:
               f"{storage_url}\ndry run: everything checked, nothing started")
         return 0
     steps = data.total_steps[probe[0].key]
-    keys = _KeyFor(data.array_keys[probe[0].key], data.array_keys[probe[-1].key])
-    session = Session(campaign, opts, keys)
+    session = Session(campaign, opts, {})
     print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds; "
           f"MLflow parent {session.parent} at {session.tracker.uri}; study {storage_url}", flush=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -173,18 +172,6 @@ def _rung(total_steps: int, eval_every: int) -> tuple[tuple[int, ...], float] | 
     separate (bench/README.md, 'search pruning'); before it the ranking is mostly seed noise."""
     step = math.ceil(total_steps / 2 / eval_every) * eval_every
     return ((step,), 2.0) if step < total_steps else None
-
-
-class _KeyFor(dict):
-    """Array keys of search members: all search/finalist members share the probe's, the
-    confirmation's baseline members the baseline's."""
-
-    def __init__(self, search_key: str, baseline_key: str):
-        super().__init__()
-        self.search_key, self.baseline_key = search_key, baseline_key
-
-    def __missing__(self, key: str) -> str:
-        return self.baseline_key if key.startswith("confirm/baseline/") else self.search_key
 
 
 class Planner:
@@ -265,18 +252,24 @@ def _rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) ->
             runs = [results.get(f"search/{n}/seed-{s}", {}) for s in sa.search_seeds]
             values = [r["metrics"]["best_stsb_dev"] for r in runs
                       if r.get("status") == "FINISHED" and "best_stsb_dev" in r.get("metrics", {})]
-            study.set_trial_user_attr(n, "seed_values", values)
+            trial = _live(study, n)
+            trial.set_user_attr("seed_values", values)
             if len(values) < len(sa.search_seeds):
-                study.tell(n, state=TrialState.FAIL)
+                study.tell(trial, state=TrialState.FAIL)
             elif any(r.get("stopped") for r in runs):
-                frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-                    study._study_id, n))
-                if not frozen.intermediate_values:
-                    study._storage.set_trial_intermediate_value(frozen._trial_id, rung[0][0] if rung else 0,
-                                                                sum(values) / len(values))
-                study.tell(n, state=TrialState.PRUNED)
+                trial.report(sum(values) / len(values), rung[0][0] if rung else 0)
+                study.tell(trial, state=TrialState.PRUNED)
             else:
-                study.tell(n, sum(values) / len(values))
+                study.tell(trial, sum(values) / len(values))
+
+
+def _live(study, number: int):
+    """The RUNNING trial ``number`` as an ``optuna.trial.Trial`` (to set attributes, report, tell),
+    also when it was asked by an earlier, interrupted driver of this plan."""
+    import optuna
+
+    (frozen,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+    return optuna.trial.Trial(study, frozen._trial_id)
 
 
 def _finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dict[str, Any]) -> int:

@@ -182,6 +182,17 @@ class Tracker:
                 del seeds[seed]
         return ok, {c: s for c, s in failed.items() if s}
 
+    def log_model_dir(self, run_id: str, folder: str | Path) -> str:
+        """Upload an MLflow model folder as the run's ``model`` artifact; -> where the student
+        folder inside it now lives (a local path for a local store, else an artifact URI)."""
+        from trainables.mlflow_model import DATA
+
+        self.client.log_artifacts(run_id, str(folder), "model")
+        uri = self.client.get_run(run_id).info.artifact_uri.rstrip("/") + f"/model/{DATA}"
+        self.client.set_tag(run_id, f"{TAG}model", f"runs:/{run_id}/model")
+        self.client.set_tag(run_id, f"{TAG}checkpoint", uri.removeprefix("file://"))
+        return uri
+
     def log_artifact_text(self, run_id: str, name: str, text: str) -> None:
         self.client.log_text(run_id, text, name)
 

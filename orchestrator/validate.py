@@ -77,8 +77,11 @@ def validate_space(space: SearchSpace, samples: int = 4,
         raise ValueError(f"{where}: mode must be min/max and num_samples >= 1")
     check_seeds(space.confirm_seeds, where)
     build(dict(space.baseline))
+    import warnings
+
     level = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     choices: dict[str, tuple] = {}
 
     def draw(sampler) -> None:

@@ -2,7 +2,6 @@
 
 from orchestrator.grids import Cell, Grid
 from search_spaces._common import DALR
-from trainables.profiles import teacher_overrides
 
 TEXT = {  # paper label -> teacher combination ("simcse+diffcse" is the profile's default pair)
     "SimCSE": "simcse", "DiffCSE": "diffcse", "CLIP": "clip",
@@ -17,7 +16,7 @@ STS_AVG = {
 
 def _cell(image: str, text: str, avg: float) -> Cell:
     combo = TEXT[text]
-    ov = {**DALR, **(teacher_overrides(combo) if combo else {})}
+    ov = {**DALR, **({"teachers": combo} if combo else {})}  # the profile resolves the teachers
     if IMAGE[image] != "image":
         ov["data.image_column"] = IMAGE[image]
     return Cell(f"{image}+{text}", ov, {"avg": avg})
@@ -28,7 +27,8 @@ GRID = Grid(
     title="DALR Table 9: image x text teacher combinations, BERT wiki+flickr",
     cells=tuple(_cell(i, t, v) for i in IMAGE for t, v in zip(TEXT, STS_AVG[i], strict=True)),
     baseline="CLIP+SimCSE+DiffCSE",
-    note="Only the default CLIP+SimCSE+DiffCSE cell runs on the demo. Other text teachers load from "
-    "$MMEMB_DATA/teachers/ (RankCSE, CLIP text); ResNet cells need a store with a 'resnet' column "
-    "(and a 2048-d image path in CMA). Two-teacher weights 0.33/0.67 as the code; published STS Avg only.",
+    note="Text teachers load from $MMEMB_DATA/teachers/ (on the demo every teacher is the demo "
+    "student, so only the structure runs). ResNet cells need a store with a 'resnet' column, which "
+    "the demo has not: run the CLIP cells there with --cells. Two-teacher weights 0.33/0.67 as the "
+    "code; published STS Avg only.",
 )

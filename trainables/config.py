@@ -29,6 +29,9 @@ class DataConfig:
     """use the generated demo corpus (trainables.demo_corpus) instead of the paths below"""
     text: str | None = None
     """Wiki1M-style text file, one sentence per line (None: no text batches, caption-only)"""
+    caption_only: bool = False
+    """train on the caption+image pairs alone, no text batches (MCSE's flickr-only setting);
+    the demo corpus honours it too"""
     pairs: str | None = None
     """Parquet feature store of (caption, image) pairs (trainables.store); None: text-only SimCSE"""
     senteval: str | None = None

@@ -107,6 +107,11 @@ def load_data(cfg: RunConfig) -> TrainingData:
         text_path = _require(d.text, "text corpus", "data.text") if d.text else None
         pairs_path = _require(d.pairs, "pair store", "data.pairs") if method != "simcse" else None
         senteval = _require(d.senteval, "SentEval data", "data.senteval")
+    if d.caption_only:
+        if method == "simcse":
+            raise ValueError("data.caption_only=true leaves method 'simcse' no data (it reads only "
+                             "text); use a grounded method or data.caption_only=false")
+        text_path = None
     text = TextCorpus(text_path) if text_path is not None else None
     pairs = FeatureStore(pairs_path) if pairs_path is not None and method != "simcse" else None
     if text is None and pairs is None:

@@ -72,7 +72,11 @@ def profile_overrides(profile: str | None) -> tuple[str, dict[str, Any]]:
 def build_config(
     profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
 ) -> RunConfig:
-    """Profile, then the method's recipe (paper profile only), then explicit overrides."""
+    """Profile, then the method's recipe (paper profile only), then explicit overrides.
+
+    ``teachers`` (and ``teacher_alpha``) in the overrides name a DALR text-teacher combination
+    symbolically ('simcse+rankcse'), resolved by :func:`teacher_overrides` for this profile.
+    """
     name, prof = profile_overrides(profile)
     merged: dict[str, Any] = dict(prof)
     method = (overrides or {}).get("objective.method", method)
@@ -82,6 +86,10 @@ def build_config(
             for k, v in PAPER_RECIPES.get(method, {}).items():
                 merged.setdefault(k, v)
     merged.update(overrides or {})
+    if TEACHER_PARAM in merged:  # a symbolic teacher combination: the profile says where it lives
+        combo = merged.pop(TEACHER_PARAM)
+        alpha = merged.pop(ALPHA_PARAM, DEFAULT_ALPHA)
+        merged.update(teacher_overrides(combo, alpha, demo=bool(prof.get("data.demo"))))
     # Trials run with another working directory: anchor relative paths at the caller's.
     merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
     for key in ("data.text", "data.pairs", "data.senteval"):

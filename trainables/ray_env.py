@@ -33,6 +33,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     if ray.is_initialized():
         return
+    quiet_raylet()
     # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
     # dashboard) would drown the dev curve the run prints; errors still come through.
     quiet = ray.LoggingConfig(log_level="ERROR")
@@ -46,6 +47,38 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
         object_store_memory=200 * 2**20, logging_config=quiet,
         _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
     )
+
+
+_NOISE = ("PYTHON worker processes have been started",)
+"""raylet hints about Ray's own worker pool: nothing a user of a table can act on"""
+
+
+def quiet_raylet() -> None:
+    """Drop the raylet's worker-pool hints and print every other raylet message once.
+
+    The driver prints what the raylet pushes (``(raylet) WARNING: 8 PYTHON worker processes have
+    been started ...``) between the live view's lines, again and again. Where Ray's printer moved
+    (another version), nothing changes.
+    """
+    import ray._private.worker as rw
+
+    original = getattr(rw, "print_to_stdstream", None)
+    if original is None or getattr(original, "_mmemb_quiet", False):
+        return
+    seen: set[str] = set()
+
+    def printer(data, *args, **kwargs):
+        if data.get("pid") == "raylet":
+            lines = [ln for ln in data.get("lines", []) if not any(n in ln for n in _NOISE)
+                     and ln not in seen]
+            seen.update(lines)
+            if not lines:
+                return None
+            data = {**data, "lines": lines}
+        return original(data, *args, **kwargs)
+
+    printer._mmemb_quiet = True  # type: ignore[attr-defined]
+    rw.print_to_stdstream = printer
 
 
 def root_cause(err: BaseException) -> str:

@@ -97,6 +97,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if ckpt is not None:
         with ckpt.as_directory() as d:
             trainer.load_state(Path(d))
+        if rank == 0:
+            ray.train.report({**trainer.last_evaluation(), "placement_group": pg_id,
+                              "total_steps": trainer.total_steps})
+        else:
+            ray.train.report({"step": trainer.step, "members": []})
     workdir = Path(tempfile.mkdtemp(prefix="mmemb-ckpt-"))
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:

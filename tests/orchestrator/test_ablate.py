@@ -63,6 +63,7 @@ def test_table_runs_to_the_end_with_nested_runs(workdir, first_run):
                     "git_commit", "git_dirty", "mmemb.checkpoint", "mmemb.array"):
             assert t.get(tag), tag
         assert (Path(t["mmemb.checkpoint"]) / "config.json").is_file()  # a loadable model folder
+        assert t["mmemb.model"] == f"runs:/{c.info.run_id}/model"
         if t["mmemb.cell"] == "KDMCSE":  # the resolved objective, not None
             assert c.data.params["objective.grounding_margin"] == "0.15"
             assert json.loads(t["mmemb.objective"])["grounding_margin"] == 0.15
@@ -72,6 +73,13 @@ def test_table_runs_to_the_end_with_nested_runs(workdir, first_run):
         assert c.data.params["objective.method"] in ("mcse", "kdmcse")
         assert tr.client.get_metric_history(c.info.run_id, "stsb_dev")  # the dev curve
     assert len({c.data.tags["mmemb.array"] for c in children}) == 2  # 8 members, 2 arrays
+    # each best student is an MLflow model; Ray's copy is gone once MLflow holds it
+    import mlflow.sentence_transformers
+
+    st = mlflow.sentence_transformers.load_model(children[0].data.tags["mmemb.model"])
+    assert st.encode(["a dog runs on the beach ."]).shape == (1, 32)
+    assert not list((workdir / "runs").rglob("model.sentence_transformer"))
+    assert not list((workdir / "runs").rglob("state.pt"))
     reports = list((workdir / "reports").glob("kdmcse_table3-*/report.md"))
     assert len(reports) == 1  # beside the store, where a user looks
     arts = {a.path for a in tr.client.list_artifacts(parent.info.run_id)}
@@ -155,3 +163,21 @@ def test_dry_run_prints_the_arrays_and_starts_nothing(workdir, tmp_path, capsys,
     assert "kdmcse/seed-4" in out and "without-adapacse" not in out
     assert "dry run: everything checked, nothing started" in out
     assert not list(tmp_path.iterdir())  # no store, no runs folder
+
+
+def test_best_student_of_a_cell(workdir, first_run, tmp_path, capsys):
+    from orchestrator import best
+
+    tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
+    parent = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")[0]
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    assert best.main(["--run", parent.info.run_id, "--cell", "KDMCSE", "--tracking-uri", uri,
+                      "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    scores = {c.data.tags["mmemb.seed"]: c.data.metrics["test/avg"]
+              for c in tr.children(parent.info.run_id) if c.data.tags["mmemb.cell"] == "KDMCSE"}
+    top = max(scores, key=scores.get)
+    assert f"cell KDMCSE: seed {top}, test/avg {scores[top]:.2f}" in out
+    assert (tmp_path / "model" / "model.sentence_transformer" / "config.json").is_file()
+    assert best.main(["--run", parent.info.run_id, "--cell", "nope", "--tracking-uri", uri]) == 2
+    assert "no finished run with a model in cell 'nope'" in capsys.readouterr().err

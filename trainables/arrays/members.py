@@ -76,6 +76,10 @@ class MemberRecord:
     """why the member left the array (a non-finite loss), None while it trains"""
     pruned_at: int | None = None
     """the step at which successive halving dropped it (search arrays)"""
+    masked: list[float] = field(default_factory=list)
+    """threshold filter: share of negatives masked in each caption batch since the last report"""
+    fully_masked_run: int = 0
+    """consecutive caption batches in which the filter masked every negative"""
 
     def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
         for k, v in terms.items():
@@ -86,18 +90,22 @@ class MemberRecord:
     def pop_means(self) -> dict[str, float]:
         n = max(self.term_count, 1)
         out = {f"loss/{k}": float(v) / n for k, v in self.term_sums.items()}
-        self.term_sums, self.term_count = {}, 0
+        if self.masked:
+            out["filter/masked_fraction"] = sum(self.masked) / len(self.masked)
+        self.term_sums, self.term_count, self.masked = {}, 0, []
         return out
 
     def bookkeeping(self) -> dict[str, Any]:
         return {"key": self.key, "config_hash": self.config_hash, "best": self.best,
                 "best_step": self.best_step, "history": self.history, "error": self.error,
-                "pruned_at": self.pruned_at}
+                "pruned_at": self.pruned_at, "masked": self.masked,
+                "fully_masked_run": self.fully_masked_run}
 
     def restore(self, d: dict[str, Any]) -> None:
         self.best, self.best_step = d["best"], d["best_step"]
         self.history, self.error = list(d["history"]), d["error"]
         self.pruned_at = d.get("pruned_at")
+        self.masked, self.fully_masked_run = list(d.get("masked", [])), d.get("fully_masked_run", 0)
 
 
 def slug(key: str) -> str:

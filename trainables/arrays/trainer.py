@@ -44,14 +44,18 @@ from trainables.data import Batch, TrainingData, check_dims, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts_many
 from trainables.faults import maybe_inject
 from trainables.heads import MethodHeads, simcse_mlp
+from trainables.mlflow_model import DATA, write_mlflow_model
 from trainables.model import Student, StudentConfig
-from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective
+from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective, masked_fraction
 from trainables.profiles import resolve_encoder
 from trainables.schedule import BatchSchedule
 
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
 FINAL_FILE = "final.json"
+FULLY_MASKED_STOP = 3
+"""caption batches in a row whose every negative the threshold filter masked before the member
+is stopped: its grounding terms are then exactly 0, so it would silently train without them"""
 
 
 class NonFiniteLoss(RuntimeError):
@@ -226,6 +230,7 @@ class ArrayTrainer:
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.amp
                     else contextlib.nullcontext())
         all_terms: list[dict[str, torch.Tensor]] = []
+        masked: dict[int, torch.Tensor] = {}
         with autocast:
             cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
             z = self.model.mlp(cls)
@@ -238,6 +243,9 @@ class ArrayTrainer:
                     image=b.image if kind == "pair" else None, clip_text=b.clip_text)
                 teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
                 terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+                o = m.objective
+                if teacher is not None and o.threshold is not None and o.method != "simcse":
+                    masked[j] = masked_fraction(b.image, b.clip_text, o.threshold, o.threshold_on)
                 if m.record.config_hash in poisoned:
                     terms["total"] = terms["total"] * float("nan")
                 all_terms.append(terms)
@@ -247,7 +255,7 @@ class ArrayTrainer:
         total.backward()
         if self.world > 1:
             self._all_reduce_grads()
-        bad = self._non_finite(all_terms, step)
+        bad = self._inspect(all_terms, masked, step)
         if bad:
             self._drop(bad)
             all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
@@ -265,10 +273,13 @@ class ArrayTrainer:
         return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
                              text_teacher_local=local if m.objective.use_g2l else ())
 
-    def _non_finite(self, all_terms: list[dict[str, torch.Tensor]], step: int) -> dict[int, str]:
-        """Members whose loss is NaN/inf -> their error line. One host sync for the whole array."""
+    def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
+                 step: int) -> dict[int, str]:
+        """Members to drop -> why: a NaN/inf loss term, or a threshold filter that masked every
+        negative for FULLY_MASKED_STOP caption batches in a row. One host sync for the array."""
         names = [list(t) for t in all_terms]
-        flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks])
+        flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
+                           + [masked[j].detach().float() for j in sorted(masked)])
         ok = torch.isfinite(flat)
         if self.world > 1:  # every worker drops the same members
             import torch.distributed as dist
@@ -290,6 +301,16 @@ class ArrayTrainer:
                           f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
                           "precision=fp32")
             pos += len(ks)
+        for j, frac in zip(sorted(masked), vals[pos:], strict=True):
+            r, o = self.alive[j].record, self.alive[j].objective
+            r.masked.append(frac)
+            r.fully_masked_run = r.fully_masked_run + 1 if frac >= 1.0 else 0
+            if r.fully_masked_run >= FULLY_MASKED_STOP and j not in out:
+                out[j] = (f"the threshold filter masked every negative in {FULLY_MASKED_STOP} caption "
+                          f"batches in a row (threshold {o.threshold} on {o.threshold_on} scores of the "
+                          "stored features), so both grounding terms are exactly 0 (config "
+                          f"{r.config_hash}); use objective.threshold_on=cosine, a higher threshold, "
+                          "or objective.threshold=none")
         return out
 
     def _drop(self, bad: dict[int, str]) -> None:
@@ -470,8 +491,20 @@ class ArrayTrainer:
             if state["members"][m.key]["best_is_model"]:
                 m.record.best_state = self.model.member_state(j)
 
+    def last_evaluation(self) -> dict[str, Any]:
+        """The report of the evaluation a checkpoint was written at, for a resumed run to send
+        again: a driver killed before it logged that report would leave a hole in the curve."""
+        members = []
+        for m in self.alive:
+            r = m.record
+            if r.history and r.history[-1]["step"] == self.step:
+                members.append({"key": m.key, "stsb_dev": r.history[-1]["stsb_dev"],
+                                "best_stsb_dev": r.best, "best_step": r.best_step})
+        return {"step": self.step, "members": members, "resumed": 1}
+
     def export_best(self, root: Path) -> dict[str, Path]:
-        """Each finished member's best student as a Hugging Face / sentence-transformers folder."""
+        """Each finished member's best student as an MLflow model (``trainables.mlflow_model``)
+        around a Hugging Face / sentence-transformers folder; key -> the MLflow model folder."""
         students: dict[StudentConfig, Student] = {}
         out = {}
         for j, m in enumerate(self.alive):
@@ -486,7 +519,9 @@ class ArrayTrainer:
             if unexpected or any(not k.startswith("encoder.pooler.") for k in missing):
                 raise RuntimeError(f"member {m.key}: weights do not fit the student "
                                    f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-            out[m.key] = student.save_pretrained(root / slug(m.key) / "model")
+            folder = root / slug(m.key) / "model"
+            student.save_pretrained(folder / DATA)
+            out[m.key] = write_mlflow_model(folder)
         return out
 
 

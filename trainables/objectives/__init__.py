@@ -44,7 +44,7 @@ from trainables.objectives.dalr import (
     kl_distillation_loss,
     listmle_loss,
 )
-from trainables.objectives.kdmcse import kdmcse_grounding_terms
+from trainables.objectives.kdmcse import kdmcse_grounding_terms, masked_fraction
 
 __all__ = [
     "FALSE_NEGATIVE_BIAS",
@@ -70,6 +70,7 @@ __all__ = [
     "frozen_cosine",
     "frozen_dot",
     "kdmcse_grounding_terms",
+    "masked_fraction",
     "kl_distillation_loss",
     "listmle_loss",
     "mcse_grounding_loss",

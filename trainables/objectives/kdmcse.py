@@ -60,3 +60,17 @@ def kdmcse_grounding_terms(
         p1, p2, t, cc, m, temperature, bias=bias_t, form=form, reduce_views=reduce_views
     )
     return lv, lt
+
+
+def masked_fraction(clip_image: torch.Tensor, clip_text: torch.Tensor, threshold: float,
+                    threshold_on: str = "dot") -> torch.Tensor:
+    """Share of the off-diagonal negatives the threshold filter removes from L_v (cv scores;
+    L_t's vc matrix is its transpose, so the share is the same). 1.0 means every negative is
+    masked: both grounding terms are then exactly 0 and the member trains without grounding."""
+    score = frozen_dot if threshold_on == "dot" else frozen_cosine
+    s = score(clip_text, clip_image)
+    n = s.shape[0]
+    if n < 2:
+        return s.new_zeros(())
+    off = ~torch.eye(n, dtype=torch.bool, device=s.device)
+    return (s > threshold)[off].float().mean()

@@ -202,6 +202,23 @@ def test_final_eval_and_export_use_the_best_weights(tiny_bert, cache, tmp_path):
     assert final["a"]["best_stsb_dev"] == max(devs)
     assert t.evaluate_dev()[0] == pytest.approx(max(devs), abs=1e-6)  # the best is loaded
     folder = t.export_best(tmp_path / "export")["a"]
-    student = Student.from_pretrained(folder)
+    assert (folder / "MLmodel").is_file()
+    student = Student.from_pretrained(folder / "model.sentence_transformer")
     res = evaluate_sts(lambda s: student.encode(s), t.members[0].data.senteval_dir)
     assert res["avg"] == pytest.approx(final["a"]["test/avg"], abs=1e-4)
+
+
+def test_threshold_filter_share_is_logged_and_a_filter_masking_everything_stops_its_member(
+        tiny_bert, cache, tmp_path):
+    ok = cfg(tiny_bert, cache, "kdmcse", seed=0, max_steps=9, **{"objective.threshold": 0.8})
+    blind = cfg(tiny_bert, cache, "kdmcse", seed=1, max_steps=9, **{"objective.threshold": -100.0})
+    plain = cfg(tiny_bert, cache, "mcse", seed=2, max_steps=9)
+    _, reports, final = run([("ok", ok), ("blind", blind), ("plain", plain)], tmp_path)
+    shares = [e["filter/masked_fraction"] for e in reports.member("ok") if "filter/masked_fraction" in e]
+    assert shares and all(0.0 <= s < 1.0 for s in shares)
+    assert not any("filter/masked_fraction" in e for e in reports.member("plain"))
+    (gone,) = [e for r in reports.metrics for e in r["members"] if e.get("failed")]
+    assert gone["key"] == "blind"
+    assert "masked every negative in 3 caption batches in a row" in gone["error"]
+    assert "threshold -100.0" in gone["error"] and "threshold_on=cosine" in gone["error"]
+    assert set(final) == {"ok", "plain"}
