@@ -45,7 +45,7 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -606,8 +606,18 @@ def _run(args: argparse.Namespace) -> int:
     if out.interrupted:
         return s.interrupted()
     ok, _ = s.tracker.scores(s.parent)
-    cal = calibrate(ok, group_size=args.group_size, alpha=args.alpha, draws=args.draws,
-                    family_cells=args.family_cells, deltas=args.deltas, direction=direction)
+    try:
+        cal = calibrate(ok, group_size=args.group_size, alpha=args.alpha, draws=args.draws,
+                        family_cells=args.family_cells, deltas=args.deltas, direction=direction)
+    except ValueError as e:  # too many failed runs: say so, and still end the parent properly
+        print(f"error: no calibration: {e}", file=sys.stderr)
+        s.finish(spec)
+        return 1
+    # Runs that never finished are missing from the scores: list them beside the broken ones.
+    expected = {BASELINE: seeds, CONTROL: sorted(ctrl)}
+    dropped = {m: sorted(set(cal.dropped.get(m, [])) | (set(want) - set(ok.get(m, {}))))
+               for m, want in expected.items()}
+    cal = replace(cal, dropped={m: v for m, v in dropped.items() if v})
     md = to_markdown(cal, runs_line)
     outdir = report_dir(s.tracker, "calibration", s.parent)
     write_files(cal, md, outdir)
