@@ -72,8 +72,10 @@ def table_figure(
           if kind == "bars" else {c: v for c, v in xs.items() if c != a.baseline})
     width = min(18.0, max(10.0, 1.1 * (2 * len(xs) - 1) + 4)) if kind == "bars" else 12.0
     fig = _figure(width=width, height=5.2)
-    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (len(xs), max(1, len(xd)))}
-                               if kind == "bars" else None)
+    # Bars: panel widths follow their bar counts, but a one-cell table's right panel keeps room
+    # for its title and labels.
+    ratios = (len(xs), max(1.0, len(xd), 0.75 * len(xs)))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": ratios} if kind == "bars" else None)
     _scores(left, a, m, xs, kind)
     _differences(right, a, m, xd, kind)
     for ax, pos in ((left, xs), (right, xd)):
@@ -169,7 +171,7 @@ def _scores(ax: Any, a: TableAnalysis, m: str, xs: Mapping[str, float], kind: st
             ax.annotate("INCOMPLETE", (xs[c], 0), rotation=90, ha="center", va="bottom",
                         color="tab:red")
     ax.set_ylabel(f"{label(m)} (full scale from 0)")
-    ax.set_title("scores: mean ± std and each seed", fontsize=10)
+    ax.set_title("scores\nmean ± std and each seed", fontsize=10)
 
 
 def _differences(ax: Any, a: TableAnalysis, m: str, xs: Mapping[str, float], kind: str) -> None:
@@ -217,7 +219,7 @@ def _differences(ax: Any, a: TableAnalysis, m: str, xs: Mapping[str, float], kin
     span = (max(ys) - min(ys)) or 1.0
     ax.set_ylim(min(ys) - 0.08 * span, max(ys) + 0.15 * span)
     ax.set_ylabel(f"{label(m)}: ours − {a.baseline} (points)")
-    ax.set_title(f"difference to {a.baseline}; * Student t p < {a.alpha} (unadjusted)", fontsize=10)
+    ax.set_title(f"difference to {a.baseline}\n* Student t p < {a.alpha}, unadjusted", fontsize=10)
 
 
 def _step(xs: Mapping[str, float]) -> float:
