@@ -71,3 +71,14 @@ def test_png_written(tmp_path):
     path = to_png(_analysis(directions_only=True), tmp_path / "t.png")
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size[0] >= 1200
+
+
+def test_panel_titles_fit_even_for_a_one_cell_table():
+    rng = np.random.default_rng(0)
+    res = {c: {s: {"avg": 39.6 + rng.normal(0, 0.05)} for s in SEEDS} for c in ("MCSE", "SimCSE")}
+    fig = table_figure(analyze(res, "MCSE", SEEDS, columns=["avg"], title=LONG))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:2]:
+        box = ax.title.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, ax.title.get_text()
