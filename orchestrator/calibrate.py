@@ -118,7 +118,8 @@ class Control:
     found: dict[str, Rate]
     """test -> share of group-size subsets where it rejects with the published sign"""
     predicted: dict[str, float]
-    """test -> power the noncentral t predicts at the measured diff and std"""
+    """test -> the chance the noncentral t gives of finding it with the published sign, at the
+    measured diff and std"""
 
 
 @dataclass(frozen=True)
@@ -327,9 +328,11 @@ def calibrate(results: Mapping[str, Mapping[int, Mapping[str, float]]], *, group
         found = control_power(c, b, group_size, alpha, direction, draws, rng)
         diff, sdd = float(np.mean(c - b)), float(np.std(c - b, ddof=1))
         sp = math.sqrt((np.var(c, ddof=1) + np.var(b, ddof=1)) / 2)
+        # The chance of finding it with the published sign, at the measured values.
         predicted = {
-            "student": t_power(diff, sp, group_size, alpha) if sp > 0 else math.nan,
-            "paired": t_power(diff, sdd, group_size, alpha, "paired") if sdd > 0 else math.nan,
+            "student": t_power(diff, sp, group_size, alpha, direction=direction) if sp > 0 else math.nan,
+            "paired": (t_power(diff, sdd, group_size, alpha, "paired", direction=direction)
+                       if sdd > 0 else math.nan),
         }
         control = Control(tuple(shared), diff, sdd, sp, direction, found, predicted)
     sample = {t: [float(v) for v in p[:2000]] for t, p in ps.items()}
@@ -454,7 +457,8 @@ def to_markdown(cal: Calibration, runs_line: str = "") -> str:
                 f"Every {g}-seed subset of the {len(c.seeds)} shared seeds is one small table; "
                 f"'found' = p < {a} with the published sign. Measured: Δ = {c.diff:+.3f}, std of "
                 f"per-seed differences {c.sd_diff:.3f}, pooled seed std {c.sd_pooled:.3f}. "
-                "'Predicted' is the noncentral-t power at those measured values.", "",
+                "'Predicted' is the noncentral-t chance of finding it with the published sign at "
+                "those measured values.", "",
                 "| test | found in (disjoint) | exact 95% CI | found in (all subsets) | "
                 "jackknife 95% interval | subsets | predicted |", "|---" * 7 + "|"]
         for t, r in c.found.items():

@@ -305,19 +305,21 @@ def calibration_figure(cal: Any) -> Any:
     fpr_ax.legend(fontsize=8)
     fpr_ax.set_title("false positives (A/A)", fontsize=10)
 
-    # Power at g seeds against the true difference, at the measured stds.
+    # Power at g seeds against the true difference in the published direction (the chance of
+    # finding it the right way round), at the measured stds.
     base = cal.spreads.get(names[0]) if names else None
     c = cal.control
-    hi_d = max(2.0, 1.3 * abs(c.diff) if c is not None else 0.0, *(1.1 * d for d in cal.deltas))
-    d = np.linspace(0, hi_d, 200)
+    x_c = c.direction * c.diff if c is not None else 0.0
+    hi_d = max(2.0, 1.3 * x_c, *(1.1 * d for d in cal.deltas))
+    d = np.linspace(min(0.0, 1.3 * x_c), hi_d, 200)
     if base is not None and math.isfinite(base.sd) and base.sd > 0:
-        pow_ax.plot(d, [t_power(x, base.sd, g, alpha) for x in d], color="tab:blue",
+        pow_ax.plot(d, [t_power(x, base.sd, g, alpha, direction=1) for x in d], color="tab:blue",
                     label=f"Student, sigma = {names[0]} std {base.sd:.2f}")
     if c is not None and c.sd_diff > 0:
-        pow_ax.plot(d, [t_power(x, c.sd_diff, g, alpha, "paired") for x in d], color="tab:orange",
-                    label=f"paired, sigma_d = {c.sd_diff:.2f} (control pairs)")
+        pow_ax.plot(d, [t_power(x, c.sd_diff, g, alpha, "paired", direction=1) for x in d],
+                    color="tab:orange", label=f"paired, sigma_d = {c.sd_diff:.2f} (control pairs)")
         for t, color in (("student", "tab:blue"), ("paired", "tab:orange")):
-            pow_ax.scatter([abs(c.diff)], [c.found[t].resampled], color=color, marker="s",
+            pow_ax.scatter([x_c], [c.found[t].resampled], color=color, marker="s",
                            edgecolors="k", zorder=5,
                            label="positive control: found in (resampled)" if t == "student" else None)
     if cal.deltas:
@@ -325,7 +327,7 @@ def calibration_figure(cal: Any) -> Any:
                        label="published gaps")
     pow_ax.axhline(cal.power, color="0.3", ls=":", lw=1)
     pow_ax.set_ylim(0, 1.02)
-    pow_ax.set_xlabel("true difference (points)")
+    pow_ax.set_xlabel("true difference in the published direction (points)")
     pow_ax.set_ylabel(f"power with {g} seeds per cell")
     pow_ax.legend(fontsize=8, loc="lower right")
     pow_ax.set_title("power against the true difference", fontsize=10)

@@ -307,9 +307,13 @@ def _df_se(n: int, n2: int | None, design: str) -> tuple[int, float]:
     return n + n2 - 2, math.sqrt(1 / n + 1 / n2)
 
 
-def _power_nc(lam: float, df: int, alpha: float) -> float:
-    """Two-sided power at noncentrality ``lam``."""
+def _power_nc(lam: float, df: int, alpha: float, direction: int = 0) -> float:
+    """Two-sided test's rejection probability at noncentrality ``lam``: either way (direction 0),
+    or only with t > c (+1) or t < -c (-1), i.e. finding a difference of that sign."""
     c = float(sps.t.ppf(1 - alpha / 2, df))
+    if direction:
+        tail = float(sps.nct.sf(c, df, direction * lam))
+        return tail if math.isfinite(tail) else 0.0
     lam = abs(lam)  # the two-sided power is symmetric in lambda
     upper = float(sps.nct.sf(c, df, lam))
     lower = float(sps.nct.cdf(-c, df, lam))
@@ -325,17 +329,21 @@ def _check_level(alpha: float, power: float | None = None) -> None:
 
 
 def t_power(delta: float, sigma: float, n: int, alpha: float = 0.05, design: str = "student",
-            n2: int | None = None) -> float:
+            n2: int | None = None, direction: int = 0) -> float:
     """Power of the two-sided t-test to detect a true difference ``delta``.
 
     ``design='student'``: two groups of ``n`` (and ``n2``, default n) seeds, per-seed std
     ``sigma``; ``'paired'``: ``n`` matched seeds, ``sigma`` the std of the per-seed differences.
+    ``direction`` +1 / -1: the probability of rejecting *with that sign* (finding a published
+    effect the right way round); 0: either sign.
     """
     _check_level(alpha)
     df, se = _df_se(n, n2, design)
     if not sigma > 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
-    return _power_nc(delta / (sigma * se), df, alpha)
+    if direction not in (-1, 0, 1):
+        raise ValueError(f"direction must be -1, 0 or 1, got {direction}")
+    return _power_nc(delta / (sigma * se), df, alpha, direction)
 
 
 def detectable_difference(sigma: float, n: int, alpha: float = 0.05, power: float = 0.8,

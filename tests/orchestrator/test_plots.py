@@ -81,4 +81,4 @@ def test_panel_titles_fit_even_for_a_one_cell_table():
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes[:2]:
         box = ax.title.get_window_extent(renderer)
-        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, ax.title.get_text()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, ax.title.get_text()

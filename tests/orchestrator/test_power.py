@@ -146,3 +146,20 @@ def test_compare_reports_the_detectable_differences():
     # Constant paired differences: no paired test, so no paired power either.
     const = compare({s: x + 1 for s, x in b.items()}, b)
     assert math.isnan(const.detectable_paired) and math.isfinite(const.detectable_student)
+
+
+def test_directional_power_is_one_tail_of_the_two_sided_test():
+    both = t_power(0.5, 1.0, 5)
+    up, down = t_power(0.5, 1.0, 5, direction=1), t_power(0.5, 1.0, 5, direction=-1)
+    assert up + down == pytest.approx(both, abs=1e-12)
+    assert t_power(0.0, 1.0, 5, direction=1) == pytest.approx(0.025, abs=1e-12)  # alpha / 2
+    # A true difference of the wrong sign is almost never found the right way round.
+    assert t_power(-1.0, 0.3, 5, direction=1) < 1e-4
+    # By simulation: the share of 5-vs-5 tests rejecting with t > c.
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(0.8, 1, size=(20_000, 5)), rng.normal(0, 1, size=(20_000, 5))
+    res = sps.ttest_ind(a, b, axis=1)
+    rate = float(np.mean((res.pvalue < 0.05) & (res.statistic > 0)))
+    assert rate == pytest.approx(t_power(0.8, 1.0, 5, direction=1), abs=0.012)
+    with pytest.raises(ValueError, match="direction"):
+        t_power(0.5, 1.0, 5, direction=2)
