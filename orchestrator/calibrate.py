@@ -309,8 +309,10 @@ def calibrate(results: Mapping[str, Mapping[int, Mapping[str, float]]], *, group
     columns = list(DEFAULT_COLUMNS)
     col = columns.index(metric_key(metric))
     rows, dropped = {}, {}
-    for method, per_seed in results.items():
-        rows[method], dropped[method] = _scores(per_seed, columns)
+    order = [m for m in (BASELINE, CONTROL) if m in results] + \
+        [m for m in results if m not in (BASELINE, CONTROL)]  # the baseline first, always
+    for method in order:
+        rows[method], dropped[method] = _scores(results[method], columns)
     spreads = {}
     for method, r in rows.items():
         vals = {s: float(v[col]) for s, v in r.items()}
