@@ -175,6 +175,7 @@ class Session:
     def finish(self, spec: Mapping[str, Any], extra_md: str = "") -> int:
         """Write the report (or say why not), end the parent, print where everything is."""
         from orchestrator.report import build_report, report_dir
+        from orchestrator.ui_links import print_links, share
 
         if self.outbox.offline:
             print(f"\nMLflow stopped answering during the run; {self.outbox.kept} results are kept "
@@ -199,6 +200,10 @@ class Session:
         self.tracker.end(self.parent, "FINISHED" if complete else "FAILED")
         print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
               "(then http://127.0.0.1:5000)")
+        try:
+            print_links(share(self.tracker, self.parent))
+        except Exception as e:  # the links are a convenience; the table's result stands
+            print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
         if not complete:
             print("some runs failed; run the same command with --resume to run only those",
                   file=sys.stderr)
