@@ -1,16 +1,26 @@
-"""Time one training step of MCSE / KDMCSE / DALR: our loop against an official-style loop.
+"""Time training steps of trial arrays (M runs in one model) against an official-style loop.
 
-Issue 4 ("Fast on a GPU"). For each method and batch size, in one process, it times
-  (a) ours: ``trainables.loop.Trainer.train_step`` itself (bf16 autocast on CUDA, fused AdamW,
-      CLIP features already on the device, text teachers in bf16, one host sync per step for the
+For each array size M and batch size, in one process, it times
+  (a) ours: ``trainables.arrays.trainer.ArrayTrainer.train_step`` itself on M members (bf16
+      autocast on CUDA, one stacked encoder forward/backward for every member, each member's own
+      data order, dropout stream, heads and AdamW; CLIP features already on the device, DALR's text
+      teachers in bf16 and run once over every DALR member's rows; one host sync per step for the
       finite check; token ids copied host->device non-blocking, as ``TrainingData.batch`` does),
-      plus ``Trainer.evaluate_dev`` every 125 steps (STS-B dev only, tokenised once);
-  (b) official-style (docs/official-code.md §2.3): fp32, unfused AdamW (foreach=False), fp32 teachers run on
-      both dropout views, features copied host->device from NumPy each step, ``loss.item()`` each
-      step, and SentEval's STS-B evaluation every 125 steps (train + dev + test, 8628 pairs, sorted
-      by length, tokenised per batch of 128, fp32).
-Evaluation is amortised into "steps/s +eval": 1 / (step + eval / 125), eval = the median of 3
-calls after a warm-up call, measured once per loop (the encoder is the same for every method).
+      plus ``ArrayTrainer.evaluate_dev`` every 125 steps (STS-B dev, every member in one pass);
+  (b) official-style (docs/official-code.md §2.3), one run per method: fp32, unfused AdamW
+      (foreach=False), fp32 teachers run on both dropout views, features copied host->device from
+      NumPy each step, ``loss.item()`` each step, and SentEval's STS-B evaluation every 125 steps
+      (train + dev + test, 8628 pairs, sorted by length, tokenised per batch of 128, fp32).
+Arrays are mixed by default: member i trains method ``methods[i % len(methods)]`` (MCSE, KDMCSE,
+DALR, MCSE, ...) with seed ``seed + i``. An array of 1 of every method in the mix is always timed:
+it is the reference of the speed-up. ``--members max`` doubles M from the largest size listed
+until CUDA runs out of memory and reports the last array that fit.
+
+Per row: ms/step; tokens/s = 2 * bs * L * M / step (both dropout views of every member); MFU;
+peak memory per member; "x1" = the time the array's members take one by one, each as an array
+of 1 of its method, over the array's step time (for one method: tokens/s over an array of 1's
+tokens/s); "x official" the same against official-style single runs. Evaluation is amortised into
+"+eval": 1 / (step + eval / 125), eval = the median of 3 calls after a warm-up call.
 
 Data are synthetic (no files needed): a random-init BERT (base: hidden 768, 12 layers, 12 heads,
 vocab 30522; ``--tiny``: hidden 64, 2 layers, 4 heads) saved to a temp folder with the test
@@ -18,10 +28,10 @@ tokenizer of ``trainables.testing``, random token ids (full ``max_length`` rows,
 random 768-d (tiny: 64-d) CLIP features, random STS-B-sized sentence pairs. DALR's two teachers are
 the same random BERT under the folder names ``simcse`` / ``DiffCSE`` (so ``cls_before_pooler``).
 
-FLOPs of the student's forward+backward per step (heads and teachers not counted):
-    F = 6 * N * T + 12 * n_layers * L * h * T,   T = 2 * bs * L tokens (two dropout views),
-N = the encoder's non-embedding parameters (``encoder.encoder``: 85.05M for BERT-base); the second
-term is QK^T and AV (2 matmuls x 2 FLOPs x L x h per token, x3 for forward+backward).
+FLOPs of the students' forward+backward per step (heads and teachers not counted):
+    F = M * (6 * N * T + 12 * n_layers * L * h * T),   T = 2 * bs * L tokens per member,
+N = one encoder's non-embedding parameters (85.05M for BERT-base); the second term is QK^T and AV
+(2 matmuls x 2 FLOPs x L x h per token, x3 for forward+backward).
 MFU = F / (median train-step time * peak); peak = dense bf16 tensor-core FLOP/s detected from the
 GPU name (H100 SXM / H200: 989 TFLOP/s; PCIe 756; NVL 835; A100 312), or ``--peak-tflops``.
 Commands: bench/README.md.
@@ -43,9 +53,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,7 +66,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from trainables import loop as loop_mod
+from trainables.arrays import trainer as trainer_mod
 from trainables.config import RunConfig
 from trainables.data import Batch
 from trainables.evaluation import cosine_rows, spearman100
@@ -65,6 +77,7 @@ from trainables.testing import WORDS, write_bert_tokenizer
 
 METHODS = ("mcse", "kdmcse", "dalr")
 LOOPS = ("ours", "official")
+MAX = "max"
 STSB_PAIRS = (5749, 1500, 1379)
 """STS-B train / dev / test pairs: SentEval's STSBenchmarkEval encodes all three at every eval."""
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0),
@@ -73,6 +86,8 @@ PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), 
 TEACHER_DIRS = ("simcse", "DiffCSE")
 POOL_ROWS = 2048
 LR, ADAM_EPS, CLIP = 3e-5, 1e-6, 1.0  # official recipe (docs/official-code.md §2.3)
+TARGET_M, TARGET_MFU, TARGET_X = 20, 0.35, 8.0
+"""the issue's GPU targets: an array of 20 at >= 35% MFU and >= 8x one member's tokens/s"""
 
 
 @dataclass(frozen=True)
@@ -81,10 +96,13 @@ class BenchConfig:
     tiny: bool = False
     """hidden 64, 2 layers, 4 heads instead of BERT-base"""
     methods: tuple[str, ...] = METHODS
-    batch_sizes: tuple[int, ...] = (64, 128)
+    """the mix: member i trains methods[i % len(methods)] (one method: an unmixed array)"""
+    members: tuple[int | str, ...] = (1, 5, 20)
+    """array sizes M; 'max' doubles M from the largest listed until CUDA runs out of memory"""
+    batch_sizes: tuple[int, ...] = (64,)
     max_length: int = 32
     kind: str = "pair"
-    """'pair' (caption+image batch: the method's full objective) or 'text' (SimCSE-style batch)"""
+    """'pair' (caption+image batches: each method's full objective) or 'text' (SimCSE-style)"""
     warmup: int = 5
     steps: int = 10
     """steps per timed window; the reported step time is the median over ``windows``"""
@@ -92,12 +110,16 @@ class BenchConfig:
     eval_every: int = 125
     eval_pairs: tuple[int, int, int] = STSB_PAIRS
     compile: bool = False
-    """torch.compile our student's encoder (in place; the official-style loop never compiles)"""
+    """torch.compile our stacked encoder (in place; the official-style loop never compiles)"""
     compile_mode: str = "default"
     """torch.compile mode: 'default', or 'reduce-overhead' (CUDA graphs: fewer launches)"""
     peak_tflops: float | None = None
     loops: tuple[str, ...] = LOOPS
     seed: int = 0
+    max_members: int | None = None
+    """cap of the 'max' doubling (needed on CPU, where no out-of-memory error stops it)"""
+    packed: int = 1
+    """how many copies of this command run side by side (recorded; see bench/README.md)"""
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS] + [x for x in self.loops if x not in LOOPS]
@@ -107,12 +129,28 @@ class BenchConfig:
             raise ValueError(f"device={self.device!r} kind={self.kind!r}; use cpu|cuda and pair|text")
         if min(self.batch_sizes, default=0) < 2 or max(self.batch_sizes) > POOL_ROWS:
             raise ValueError(f"batch sizes {self.batch_sizes} must lie in [2, {POOL_ROWS}]")
-        if min(self.steps, self.windows, self.eval_every, *self.eval_pairs) < 1 or self.warmup < 0:
-            raise ValueError("steps, windows, eval_every and eval_pairs must be >= 1, warmup >= 0")
+        sizes = [m for m in self.members if m != MAX]
+        if not self.members or any(not isinstance(m, int) or isinstance(m, bool) or m < 1 for m in sizes) \
+                or len(sizes) + 1 < len(self.members) or len(set(self.members)) != len(self.members):
+            raise ValueError(f"members {self.members}: distinct array sizes >= 1, and 'max' at most once")
+        if MAX in self.members and "ours" not in self.loops:
+            raise ValueError("members 'max' grows our arrays; keep loop 'ours'")
+        if MAX in self.members and self.device != "cuda" and self.max_members is None:
+            raise ValueError("members 'max' stops at the first CUDA out-of-memory error; on CPU give "
+                             "--max-members N (the largest M to try)")
+        if self.max_members is not None and self.max_members < max([1, *sizes]):
+            raise ValueError(f"max_members={self.max_members} is below the largest size listed")
+        if min(self.steps, self.windows, self.eval_every, self.packed, *self.eval_pairs) < 1 \
+                or self.warmup < 0:
+            raise ValueError("steps, windows, eval_every, packed and eval_pairs must be >= 1, warmup >= 0")
         if not 2 <= self.max_length <= 512:
             raise ValueError(f"max_length={self.max_length} must lie in [2, 512]")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' but torch.cuda.is_available() is False; use --device cpu --tiny")
+
+    def mix(self, m: int) -> list[str]:
+        """The methods of an array of ``m`` members, in member order."""
+        return [self.methods[i % len(self.methods)] for i in range(m)]
 
 
 # ------------------------------------------------------------------------------ synthetic inputs
@@ -158,12 +196,14 @@ def make_workspace(root: Path, bc: BenchConfig) -> Workspace:
 
 class SyntheticData:
     """Stands in for ``TrainingData``: token ids on the host (as the tokenizer returns them) and
-    CLIP features both on the device (ours) and as NumPy arrays (official-style)."""
+    CLIP features both on the device (ours) and as NumPy arrays (official-style). Only the batch
+    kind being timed exists, so every schedule step of every member is of that kind."""
 
     pairs = None
     teacher_columns: tuple[str, ...] = ()
 
-    def __init__(self, ws: Workspace, dim: int, max_length: int, device: torch.device, seed: int):
+    def __init__(self, ws: Workspace, dim: int, max_length: int, device: torch.device, seed: int,
+                 kind: str = "pair"):
         g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(5, 30522, (POOL_ROWS, max_length), generator=g)
         self.ids[:, 0], self.ids[:, -1] = 2, 3  # [CLS] ... [SEP] of the test vocabulary
@@ -173,10 +213,11 @@ class SyntheticData:
         self.image = torch.from_numpy(self.image_np).to(device)
         self.clip = torch.from_numpy(self.clip_np).to(device)
         self.senteval_dir = ws.senteval
-        self.n_text, self.n_pair = 8 * POOL_ROWS, POOL_ROWS
+        self.n_text, self.n_pair = (0, POOL_ROWS) if kind == "pair" else (POOL_ROWS, 0)
         self.image_dim = self.clip_text_dim = dim
 
-    def batch(self, kind: str, indices: np.ndarray, tokenize, device: torch.device) -> Batch:
+    def batch(self, kind: str, indices: np.ndarray, tokenize, device: torch.device,
+              teacher_columns: tuple[str, ...] = ()) -> Batch:
         idx = torch.from_numpy(np.asarray(indices))
         ids = self.ids[idx].to(device, non_blocking=True)  # as TrainingData.batch
         mask = self.mask[idx].to(device, non_blocking=True)
@@ -187,24 +228,34 @@ class SyntheticData:
 
 
 # ------------------------------------------------------------------------------ the two loops
-def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str, bs: int):
-    """The real ``Trainer`` (model, teachers, fused AdamW, DevEvaluator) on synthetic data."""
-    cfg = RunConfig(objective=ObjectiveConfig(method=method), encoder=str(ws.encoder),
-                    text_teachers=ws.teachers if method == "dalr" else (), batch_size=bs,
-                    max_length=bc.max_length, max_steps=10**9, seed=bc.seed, final_eval=False)
-    with mock.patch.object(loop_mod, "load_data", lambda _cfg: data):
-        trainer = loop_mod.Trainer(cfg, device=bc.device)
-    if bc.compile:
-        trainer.student.encoder.compile(mode=bc.compile_mode)  # in place: state_dict keys and evaluate_dev unchanged
-    trainer.student.train()
+def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str | Sequence[str],
+               bs: int, members: int = 1):
+    """The real ``ArrayTrainer`` (stacked model, heads, teachers, AdamW, DevEvaluator) on synthetic
+    data: ``members`` members whose methods cycle through ``method`` (one name or a mix).
 
-    def checkpoint() -> None:  # what Trainer._eval_and_report writes at every evaluation
-        path = ws.root / f"ckpt-{method}-{bs}"
+    Returns (trainer, step, evaluate, checkpoint); ``step(indices)`` ignores the indices: each
+    member draws its batch from its own schedule, as in a real run."""
+    mix = [method] if isinstance(method, str) else list(method)
+    cfgs = []
+    for i in range(members):
+        m = mix[i % len(mix)]
+        cfgs.append((f"{m}/m{i}", RunConfig(
+            objective=ObjectiveConfig(method=m), encoder=str(ws.encoder),
+            text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
+            max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=bc.seed + i,
+            final_eval=False)))
+    with mock.patch.object(trainer_mod, "load_data", lambda _cfg: data):
+        trainer = trainer_mod.ArrayTrainer(cfgs, device=bc.device)
+    if bc.compile:  # in place: state_dict keys and evaluate_dev unchanged
+        trainer.model.encoder.compile(mode=bc.compile_mode)
+    trainer.model.train()
+
+    def checkpoint() -> None:  # what ArrayTrainer._eval_and_report writes at every evaluation
+        path = ws.root / f"ckpt-{members}-{bs}"
         trainer.save_state(path)
         shutil.rmtree(path)
 
-    return (trainer.student, (lambda idx: trainer.train_step(bc.kind, idx)), trainer.evaluate_dev,
-            checkpoint)
+    return trainer, (lambda _idx=None: trainer.train_step()), trainer.evaluate_dev, checkpoint
 
 
 class OfficialStep:
@@ -319,11 +370,24 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def encoder_flops(non_embedding_params: int, hf_config: Any, bs: int, length: int) -> float:
+    """One member's F = 6 N T + 12 n_layers L h T, T = 2 bs L (module docstring)."""
+    tokens = 2 * bs * length
+    return (6.0 * non_embedding_params * tokens
+            + 12.0 * hf_config.num_hidden_layers * length * hf_config.hidden_size * tokens)
+
+
+def array_flops(trainer: trainer_mod.ArrayTrainer, bs: int, length: int) -> float:
+    """F summed over the array's members (each an encoder of the same size)."""
+    enc = trainer.model.encoder
+    n = sum(p[0].numel() for name, p in enc.named_parameters() if name.startswith("encoder__"))
+    return enc.n_members * encoder_flops(n, enc.hf_config, bs, length)
+
+
 def student_flops(student: Student, bs: int, length: int) -> float:
-    """F = 6 N T + 12 n_layers L h T, T = 2 bs L (module docstring)."""
+    """F of one Hugging Face student (the official-style loop)."""
     n = sum(p.numel() for p in student.encoder.encoder.parameters())
-    cfg, tokens = student.encoder.config, 2 * bs * length
-    return 6.0 * n * tokens + 12.0 * cfg.num_hidden_layers * length * cfg.hidden_size * tokens
+    return encoder_flops(n, student.encoder.config, bs, length)
 
 
 def peak_flops(bc: BenchConfig) -> tuple[float | None, str]:
@@ -338,38 +402,89 @@ def peak_flops(bc: BenchConfig) -> tuple[float | None, str]:
     return None, f"unknown for {name!r}; pass --peak-tflops"
 
 
-def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str, method: str,
-              bs: int, peak: float | None, once: dict[str, float]) -> dict:
+def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
+              methods: Sequence[str], bs: int, peak: float | None, once: dict[str, float]) -> dict:
+    """One row: an array of ``len(methods)`` members (ours) or one official-style run."""
     device = torch.device(bc.device)
     if bc.compile:
         torch._dynamo.reset()  # a fresh model per row: drop the previous row's graphs
     _reset_peak(device)
+    m = len(methods)
     if loop == "ours":
-        student, step, evaluate, checkpoint = build_ours(bc, ws, data, method, bs)
+        trainer, step, evaluate, checkpoint = build_ours(bc, ws, data, methods, bs, members=m)
+        flops = array_flops(trainer, bs, bc.max_length)
+        eval_key = f"ours/{m}"
     else:
-        runner = OfficialStep(bc, ws, data, method)
-        student, step = runner.student, runner
+        if m != 1:
+            raise ValueError("the official-style loop trains one run")
+        runner = OfficialStep(bc, ws, data, methods[0])
+        trainer, step, checkpoint = runner, runner, None
         evaluate = lambda: official_eval(runner.student, ws.splits)  # noqa: E731
-        checkpoint = None
+        flops = student_flops(runner.student, bs, bc.max_length)
+        eval_key = "official"
     windows = time_windows(step, bc, bs)
     mem = _peak_bytes(device)
-    if loop not in once:  # the encoder is the same for every method and batch size
+    if eval_key not in once:  # the same for every method and batch size at one M
         evaluate()  # warm-up (cuBLAS heuristics, compile)
-        once[loop] = statistics.median(timed(evaluate, device) for _ in range(3))
-    if checkpoint is not None and method not in once:  # its size depends on the heads only
-        once[method] = timed(checkpoint, device)
-    step_s, eval_s = statistics.median(windows), once[loop]
-    flops, tokens = student_flops(student, bs, bc.max_length), 2 * bs * bc.max_length
-    del student, step, evaluate, checkpoint
+        once[eval_key] = statistics.median(timed(evaluate, device) for _ in range(3))
+    ckpt = None
+    if checkpoint is not None and m == 1:  # arrays of 1 only: a checkpoint grows with M
+        ckpt = once.setdefault(f"ckpt/{methods[0]}", timed(checkpoint, device))
+    step_s, eval_s = statistics.median(windows), once[eval_key]
+    tokens = 2 * bs * bc.max_length * m
+    del trainer, step, evaluate, checkpoint
     return {
-        "loop": loop, "method": method, "batch_size": bs, "max_length": bc.max_length,
-        "kind": bc.kind, "step_ms": step_s * 1e3, "window_ms": [w * 1e3 for w in windows],
-        "steps_per_s": 1 / step_s, "steps_per_s_with_eval": 1 / (step_s + eval_s / bc.eval_every),
+        "loop": loop, "members": m, "methods": dict(Counter(methods)), "batch_size": bs,
+        "max_length": bc.max_length, "kind": bc.kind, "step_ms": step_s * 1e3,
+        "window_ms": [w * 1e3 for w in windows], "steps_per_s": 1 / step_s,
+        "steps_per_s_with_eval": 1 / (step_s + eval_s / bc.eval_every),
         "tokens_per_s": tokens / step_s, "flops_per_step": flops, "tflops": flops / step_s / 1e12,
-        "mfu": flops / step_s / peak if peak else None, "peak_mem_bytes": mem, "eval_s": eval_s,
+        "mfu": flops / step_s / peak if peak else None, "peak_mem_bytes": mem,
+        "peak_mem_per_member_bytes": mem / m, "eval_s": eval_s,
         "eval_sentences": 2 * (sum(bc.eval_pairs) if loop == "official" else bc.eval_pairs[1]),
-        "checkpoint_s": once[method] if loop == "ours" else None,
+        "checkpoint_s": ckpt, "x_vs_1": None, "x_vs_official": None, "max": False,
     }
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and ("out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)))
+
+
+def grow_to_max(measure: Callable[[int], dict], start: int, cap: int | None,
+                log: Callable[[str], None] = lambda s: None) -> tuple[dict | None, dict]:
+    """Double M from ``start`` until ``measure(M)`` runs out of memory (or M would pass ``cap``);
+    -> (the row of the last M that fit or None, {fit, oom_at, stopped_by})."""
+    last, m = None, start
+    while cap is None or m <= cap:
+        error = None
+        try:
+            row = measure(m)
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            if not _is_oom(e):
+                raise
+            error = str(e).splitlines()[0][:200]
+        if error is not None:  # outside the except: the traceback no longer holds the array
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            log(f"ours     M {m:4d}: out of memory ({error})")
+            return last, {"fit": last["members"] if last else None, "oom_at": m, "stopped_by": "out of memory"}
+        last, m = row, 2 * m
+    return last, {"fit": last["members"] if last else None, "oom_at": None, "stopped_by": f"cap {cap}"}
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """x1 and x official of every array row: the time its members take one by one (each as an
+    array of 1 of its method, or as an official-style run) over the array's step time."""
+    for r in rows:
+        if r["loop"] != "ours":
+            continue
+        for key, loop in (("x_vs_1", "ours"), ("x_vs_official", "official")):
+            single = {next(iter(s["methods"])): s["step_ms"] for s in rows
+                      if s["loop"] == loop and s["members"] == 1 and s["batch_size"] == r["batch_size"]}
+            if all(m in single for m in r["methods"]):
+                r[key] = sum(c * single[m] for m, c in r["methods"].items()) / r["step_ms"]
 
 
 def environment(bc: BenchConfig, command: str) -> dict:
@@ -389,51 +504,126 @@ def environment(bc: BenchConfig, command: str) -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__,
             "cuda": torch.version.cuda, "device": name, "torch_threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
-            "peak": peak_flops(bc)[1], "config": asdict(bc)}
+            "peak": peak_flops(bc)[1], "packed": bc.packed, "config": asdict(bc)}
 
 
 def run_benchmark(bc: BenchConfig, command: str = "", workdir: Path | None = None,
                   log: Callable[[str], None] = lambda s: None) -> dict:
-    """Every (loop, method, batch size) row, the speed-ups of ours over official, the environment."""
+    """Every (loop, array, batch size) row with its speed-ups, the 'max' search, the environment."""
     peak = peak_flops(bc)[0]
+    sizes = sorted({1, *(m for m in bc.members if m != MAX)})
+    report: dict[str, Any] = {"env": environment(bc, command), "results": [], "max": None}
+    rows = report["results"]
     with tempfile.TemporaryDirectory(prefix="bench-train-step-", dir=workdir) as tmp:
         ws = make_workspace(Path(tmp), bc)
-        data = SyntheticData(ws, 64 if bc.tiny else 768, bc.max_length, torch.device(bc.device), bc.seed)
-        rows, once = [], {}
-        for method in bc.methods:
-            for bs in bc.batch_sizes:
-                for loop in bc.loops:
-                    r = bench_one(bc, ws, data, loop, method, bs, peak, once)
-                    log(f"{loop:8s} {method:6s} bs {bs:3d}: {r['step_ms']:8.1f} ms/step")
-                    rows.append(r)
-    by = {(r["loop"], r["method"], r["batch_size"]): r for r in rows}
-    speedups = [{"method": m, "batch_size": b,
-                 "train": by["ours", m, b]["steps_per_s"] / by["official", m, b]["steps_per_s"],
-                 "with_eval": by["ours", m, b]["steps_per_s_with_eval"]
-                 / by["official", m, b]["steps_per_s_with_eval"]}
-                for m in bc.methods for b in bc.batch_sizes if len(bc.loops) == 2]
-    return {"env": environment(bc, command), "results": rows, "speedups": speedups}
+        data = SyntheticData(ws, 64 if bc.tiny else 768, bc.max_length, torch.device(bc.device),
+                             bc.seed, bc.kind)
+        once: dict[str, float] = {}
+
+        def row(loop: str, methods: list[str], bs: int) -> dict:
+            r = bench_one(bc, ws, data, loop, methods, bs, peak, once)
+            log(f"{loop:8s} M {len(methods):4d} {label(r):28s} bs {bs:3d}: {r['step_ms']:8.1f} ms/step")
+            return r
+
+        for bs in bc.batch_sizes:
+            if "official" in bc.loops:
+                rows += [row("official", [m], bs) for m in bc.methods]
+            if "ours" in bc.loops:
+                rows += [row("ours", [m], bs) for m in bc.methods]  # the reference arrays of 1
+                rows += [row("ours", bc.mix(m), bs) for m in sizes if m > 1]
+                if MAX in bc.members:
+                    start = 2 * max(sizes)
+                    best, info = grow_to_max(lambda m, bs=bs: row("ours", bc.mix(m), bs), start,
+                                             bc.max_members, log)
+                    if best is not None:
+                        best["max"] = True
+                        rows.append(best)
+                    else:  # the largest listed size is the largest that fit
+                        info["fit"] = max(sizes)
+                    report["max"] = {**info, "batch_size": bs}
+    add_speedups(rows)
+    return report
+
+
+def label(r: dict) -> str:
+    """'mcse' for one method, 'mcse 2, kdmcse 2, dalr 1' for a mix."""
+    ms = r["methods"]
+    return next(iter(ms)) if len(ms) == 1 else ", ".join(f"{m} {c}" for m, c in ms.items())
 
 
 def format_report(report: dict) -> str:
-    head = (f"{'loop':8s} {'method':6s} {'bs':>4s} {'ms/step':>8s} {'steps/s':>8s} {'+eval':>7s} "
-            f"{'tokens/s':>9s} {'TFLOP/s':>8s} {'MFU':>6s} {'peak MiB':>9s} {'eval s':>7s}")
+    head = (f"{'loop':8s} {'M':>4s} {'methods':28s} {'bs':>4s} {'ms/step':>8s} {'tokens/s':>9s} "
+            f"{'TFLOP/s':>8s} {'MFU':>6s} {'MiB/member':>10s} {'x1':>6s} {'x offic':>7s} {'+eval':>7s} "
+            f"{'eval s':>7s}")
     lines = [head, "-" * len(head)]
+
+    def x(v: float | None) -> str:
+        return f"{v:5.2f}x" if v is not None else f"{'-':>6s}"
+
     for r in report["results"]:
         mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] is not None else f"{'-':>6s}"
+        m = f"{r['members']}{'*' if r['max'] else ''}"
         lines.append(
-            f"{r['loop']:8s} {r['method']:6s} {r['batch_size']:4d} {r['step_ms']:8.1f} "
-            f"{r['steps_per_s']:8.2f} {r['steps_per_s_with_eval']:7.2f} {r['tokens_per_s']:9.0f} "
-            f"{r['tflops']:8.3f} {mfu} {r['peak_mem_bytes'] / 2**20:9.0f} {r['eval_s']:7.2f}")
-    ckpt = {r["method"]: r["checkpoint_s"] for r in report["results"] if r["checkpoint_s"]}
+            f"{r['loop']:8s} {m:>4s} {label(r):28s} {r['batch_size']:4d} {r['step_ms']:8.1f} "
+            f"{r['tokens_per_s']:9.0f} {r['tflops']:8.3f} {mfu} "
+            f"{r['peak_mem_per_member_bytes'] / 2**20:10.0f} {x(r['x_vs_1'])} {x(r['x_vs_official']):>7s} "
+            f"{r['steps_per_s_with_eval']:7.2f} {r['eval_s']:7.2f}")
+    ckpt = {next(iter(r["methods"])): r["checkpoint_s"] for r in report["results"] if r["checkpoint_s"]}
     if ckpt:
-        lines.append("ours: Trainer.save_state at every eval (not in +eval): " + ", ".join(
-            f"{m} {s:.2f} s" for m, s in ckpt.items()))
-    if report["speedups"]:
-        lines += ["", "speed-up of ours over official-style (steps/s): train only | with eval"]
-        lines += [f"  {s['method']:6s} bs {s['batch_size']:3d}: {s['train']:5.2f}x | {s['with_eval']:5.2f}x"
-                  for s in report["speedups"]]
+        lines.append("ours: ArrayTrainer.save_state of an array of 1 at every eval (not in +eval): "
+                     + ", ".join(f"{m} {s:.2f} s" for m, s in ckpt.items()))
+    mx = report.get("max")
+    if mx:
+        lines.append(f"max: M={mx['fit']} fit (row marked *), stopped by {mx['stopped_by']}"
+                     + (f" at M={mx['oom_at']}" if mx["oom_at"] else ""))
+    target = [r for r in report["results"] if r["loop"] == "ours" and r["members"] == TARGET_M]
+    for r in target:
+        if r["mfu"] is not None and r["x_vs_1"] is not None:
+            ok = r["mfu"] >= TARGET_MFU and r["x_vs_1"] >= TARGET_X
+            lines.append(f"targets (array of {TARGET_M}, bs {r['batch_size']}): MFU {100 * r['mfu']:.1f}% "
+                         f"(>= {100 * TARGET_MFU:.0f}%), {r['x_vs_1']:.2f}x one member's tokens/s "
+                         f"(>= {TARGET_X:g}x): {'met' if ok else 'NOT met'}")
+    packed = report["env"].get("packed", 1)
+    if packed > 1:
+        lines.append(f"this process is one of {packed} packed side by side: sum their reports with "
+                     "python bench/train_step.py --sum-packed FILE.json ...")
     return "\n".join(lines)
+
+
+def sum_packed(reports: Sequence[dict]) -> dict:
+    """N reports of processes run side by side -> their summed throughput per (loop, M, methods, bs)."""
+    out: dict[tuple, dict] = {}
+    for rep in reports:
+        for r in rep["results"]:
+            k = (r["loop"], r["members"], json.dumps(r["methods"], sort_keys=True), r["batch_size"])
+            s = out.setdefault(k, {"loop": r["loop"], "members": r["members"], "methods": r["methods"],
+                                   "batch_size": r["batch_size"], "processes": 0, "tokens_per_s": 0.0,
+                                   "tflops": 0.0, "mfu": 0.0, "step_ms": []})
+            s["processes"] += 1
+            s["tokens_per_s"] += r["tokens_per_s"]
+            s["tflops"] += r["tflops"]
+            s["mfu"] = None if r["mfu"] is None or s["mfu"] is None else s["mfu"] + r["mfu"]
+            s["step_ms"].append(r["step_ms"])
+    return {"packed": len(reports), "results": list(out.values())}
+
+
+def format_packed(summary: dict) -> str:
+    lines = [f"{summary['packed']} reports summed (processes run side by side)"]
+    for s in summary["results"]:
+        mfu = f"{100 * s['mfu']:.1f}%" if s["mfu"] is not None else "-"
+        lines.append(f"{s['loop']:8s} M {s['members']:3d} {label(s):28s} bs {s['batch_size']:3d}: "
+                     f"{s['processes']} x ms/step {[round(x, 1) for x in s['step_ms']]}, "
+                     f"{s['tokens_per_s']:.0f} tokens/s together, {s['tflops']:.3f} TFLOP/s, MFU {mfu}")
+    return "\n".join(lines)
+
+
+def _size(text: str) -> int | str:
+    if text == MAX:
+        return MAX
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: an array size (integer) or 'max'") from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -441,21 +631,34 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"],
                    default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers (CPU smoke run)")
+    p.add_argument("--members", nargs="+", type=_size, default=None,
+                   help="array sizes, and 'max' (default: 1 5 20 max on cuda, 1 5 on cpu)")
+    p.add_argument("--mixed", action=argparse.BooleanOptionalAction, default=True,
+                   help="members cycle through --methods (default); --no-mixed: all the first one")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 128])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[64])
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--kind", choices=["pair", "text"], default="pair")
     p.add_argument("--steps", type=int, default=None, help="steps per window (20 cuda, 3 cpu)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (10 cuda, 1 cpu)")
     p.add_argument("--windows", type=int, default=None, help="timed windows (5 cuda, 3 cpu)")
-    p.add_argument("--compile", action="store_true", help="torch.compile our encoder")
+    p.add_argument("--compile", action="store_true", help="torch.compile our stacked encoder")
     p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
                    help="torch.compile mode (reduce-overhead: CUDA graphs)")
     p.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS,
                    help="time only these loops (ours alone: for packing runs)")
     p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--max-members", type=int, default=None,
+                   help="largest M the 'max' doubling tries (required on CPU)")
+    p.add_argument("--packed", type=int, default=1, metavar="N",
+                   help="this is one of N copies run side by side (recorded; see bench/README.md)")
+    p.add_argument("--sum-packed", nargs="+", type=Path, default=None, metavar="JSON",
+                   help="only sum the --json reports of processes run side by side, and exit")
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
     a = p.parse_args(argv)
+    if a.sum_packed:
+        print(format_packed(sum_packed([json.loads(f.read_text()) for f in a.sum_packed])))
+        return
     gpu = a.device == "cuda"
     from transformers.utils import logging as hf_logging
 
@@ -463,16 +666,20 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     try:
         bc = BenchConfig(
-            device=a.device, tiny=a.tiny, methods=tuple(a.methods), batch_sizes=tuple(a.batch_sizes),
-            max_length=a.max_length, kind=a.kind, compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops, loops=tuple(a.loops),
+            device=a.device, tiny=a.tiny, methods=tuple(a.methods if a.mixed else a.methods[:1]),
+            members=tuple(a.members or ((1, 5, 20, MAX) if gpu else (1, 5))),
+            batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind,
+            compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops,
+            loops=tuple(a.loops), max_members=a.max_members, packed=a.packed,
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
             windows=a.windows or (5 if gpu else 3))
     except ValueError as err:
         p.error(str(err))
-    command = " ".join(["python", *map(shlex.quote, sys.argv)])
+    command = " ".join(["python", *map(shlex.quote, sys.argv)]) if argv is None else \
+        " ".join(["python", "bench/train_step.py", *map(shlex.quote, argv)])
     env = environment(bc, command)
     for key in ("command", "git", "torch", "transformers", "cuda", "device", "torch_threads",
-                "loadavg_1m", "peak"):
+                "loadavg_1m", "peak", "packed"):
         print(f"# {key:13s} {env[key]}")
     report = run_benchmark(bc, command, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(format_report(report))

@@ -78,11 +78,12 @@ class Reaper:
     """Calls ``orphaned_groups`` at most every ``every_s`` seconds and frees what it finds."""
 
     def __init__(self, every_s: float = 5.0) -> None:
-        self.every_s, self.last, self.freed = every_s, 0.0, 0
+        self.every_s, self.freed = every_s, 0
+        self.last: float | None = None  # the first call always reads (monotonic() may be < every_s)
 
     def __call__(self) -> int:
         now = time.monotonic()
-        if now - self.last < self.every_s:
+        if self.last is not None and now - self.last < self.every_s:
             return 0
         self.last = now
         ids = orphaned_groups()

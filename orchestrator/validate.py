@@ -83,6 +83,8 @@ def validate_space(space: SearchSpace, samples: int = 4,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     choices: dict[str, tuple] = {}
+    seen_with: dict[str, dict[str, Any]] = {}
+    """categorical -> the params of a draw that reached it (a conditional one needs its parents)"""
 
     def draw(sampler) -> None:
         t = optuna.create_study(direction="maximize", sampler=sampler).ask()
@@ -90,6 +92,7 @@ def validate_space(space: SearchSpace, samples: int = 4,
         for name, d in t.distributions.items():
             if isinstance(d, optuna.distributions.CategoricalDistribution):
                 choices[name] = check_choices(name, d.choices)
+                seen_with.setdefault(name, dict(t.params))
         try:
             _check_teachers(build(params_to_overrides(space, t.params, profile=profile)))
         except (ValueError, TypeError) as e:
@@ -105,6 +108,7 @@ def validate_space(space: SearchSpace, samples: int = 4,
                 break
             for n, c in todo:
                 done.add((n, c))
-                draw(optuna.samplers.PartialFixedSampler({n: c}, optuna.samplers.RandomSampler(seed=0)))
+                fixed = {**seen_with[n], n: c}  # the draw's path to n, so n is asked again
+                draw(optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0)))
     finally:
         optuna.logging.set_verbosity(level)

@@ -82,7 +82,7 @@ def quiet_raylet() -> None:
 
 
 def root_cause(err: BaseException) -> str:
-    """The last ``SomeError: message`` line of a (remote) traceback, e.g. a NonFiniteLoss."""
+    """The last ``SomeError: message`` line of a (remote) traceback, e.g. an OutOfMemoryError."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     errors = [ln for ln in lines if ": " in ln and ln.split(": ", 1)[0].rsplit(".", 1)[-1]
               .endswith(("Error", "Loss", "Exception"))]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from orchestrator import sync
 from orchestrator.outbox import PENDING, Outbox
-from orchestrator.tracking import Tracker
+from orchestrator.tracking import TAG, Tracker
+from trainables.mlflow_model import DATA
 
 
 def plan(cell, seed):
@@ -65,6 +69,62 @@ def test_replay_reuses_an_unfinished_run_of_the_same_trial(tracker, tmp_path):
     children = tracker.children(parent)
     assert [c.info.run_id for c in children] == [old]
     assert children[0].info.status == "FINISHED"
+
+
+def model_folder(root, name):
+    """What a worker writes for a member: an MLflow model folder around the student folder."""
+    folder = root / name / "model"
+    (folder / DATA).mkdir(parents=True)
+    (folder / "MLmodel").write_text(f"flavors: {{}}  # {name}\n")
+    (folder / DATA / "config.json").write_text(f'{{"name": "{name}"}}')
+    return folder
+
+
+def artifacts(tracker, run_id):
+    def walk(path):
+        for f in tracker.client.list_artifacts(run_id, path):
+            yield from (walk(f.path) if f.is_dir else [f.path])
+
+    return sorted(walk("model"))
+
+
+def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, tmp_path, monkeypatch):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    box = Outbox(tracker, tmp_path / "journal.jsonl")
+    a = box.start_child(parent, plan("A", 0))
+    online = model_folder(tmp_path, "online")
+    assert box.log_model(a, str(online)) is True and not box.journal.exists()
+    assert artifacts(tracker, a) == ["model/MLmodel", f"model/{DATA}/config.json"]
+    assert tracker.client.get_run(a).data.tags[f"{TAG}model"] == f"runs:/{a}/model"
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server gone")
+
+    for name in ("log_model_dir", "start_child", "end"):
+        monkeypatch.setattr(tracker, name, down)
+    late = model_folder(tmp_path, "late")
+    assert box.log_model(a, str(late)) is False  # the upload fails: the folder waits in the journal
+    b = box.start_child(parent, plan("B", 0))
+    pending = model_folder(tmp_path, "pending")
+    assert box.log_model(b, str(pending)) is False  # its run does not exist yet
+    box.end(b, "FINISHED")
+    entries = [json.loads(line) for line in box.journal.read_text().splitlines()]
+    assert [e["op"] for e in entries] == ["log_model", "start_child", "log_model", "end"]
+    assert entries[0] == {"op": "log_model", "handle": a, "folder": str(late)}
+    assert entries[2] == {"op": "log_model", "handle": PENDING + "B/seed-0", "folder": str(pending)}
+    monkeypatch.undo()
+
+    assert sync.main([str(box.journal), "--tracking-uri", tracker.uri]) == 0
+    children = {c.data.tags["mmemb.trial"]: c.info.run_id for c in tracker.children(parent)}
+    rb = children["B/seed-0"]
+    assert artifacts(tracker, rb) == ["model/MLmodel", f"model/{DATA}/config.json"]
+    assert tracker.client.get_run(rb).data.tags[f"{TAG}model"] == f"runs:/{rb}/model"
+    checkpoint = tracker.client.get_run(rb).data.tags[f"{TAG}checkpoint"]
+    assert checkpoint.endswith(f"/model/{DATA}") and json.loads(
+        (Path(checkpoint) / "config.json").read_text()) == {"name": "pending"}
+    # A's second upload replaced its model with the later folder
+    got = Path(tracker.client.download_artifacts(a, f"model/{DATA}/config.json", str(tmp_path / "dl")))
+    assert json.loads(got.read_text()) == {"name": "late"}
 
 
 def test_sync_refuses_a_missing_journal(tmp_path, capsys):

@@ -66,6 +66,24 @@ def test_group_of_a_dead_actor_is_released(ray_local):
     assert _eventually(lambda: _cpus(ray) == pytest.approx(2.0))
 
 
+def test_reaper_reads_at_once_then_at_most_every_every_s(monkeypatch):
+    """The first call reads the GCS whatever the clock says: time.monotonic() counts from boot, so
+    on a machine up for less than ``every_s`` a reaper starting from 0 would wait for nothing."""
+    from orchestrator import placement
+
+    clock = {"now": 12.0}  # booted 12 s ago
+    reads, freed = [], []
+    monkeypatch.setattr(placement.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(placement, "orphaned_groups", lambda: reads.append(clock["now"]) or ["aa", "bb"])
+    monkeypatch.setattr(placement, "free_placement_groups", lambda ids: freed.extend(ids))
+    reap = Reaper(every_s=3600)
+    assert reap() == 2 and reads == [12.0] and freed == ["aa", "bb"]
+    clock["now"] += 3599
+    assert reap() == 0 and reads == [12.0]  # rate-limited
+    clock["now"] += 1
+    assert reap() == 2 and reads == [12.0, 3612.0] and reap.freed == 4
+
+
 def _row(pg_id: bytes, creator: bytes, state: str = "CREATED", flagged: bool = False) -> bytes:
     from ray.core.generated import gcs_pb2
 

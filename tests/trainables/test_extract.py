@@ -43,7 +43,7 @@ ROWS = [
 def ray_light():
     import ray
 
-    from trainables.train import init_ray
+    from trainables.ray_env import init_ray
 
     init_ray(num_cpus=2, log_to_driver=False)  # a fresh local instance, light settings
     yield

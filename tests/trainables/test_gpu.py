@@ -1,5 +1,7 @@
-"""The loop on a CUDA device: bf16 autocast and fused AdamW train every method, the objective on
-the GPU agrees with the CPU, a GPU checkpoint resumes and exports to a CPU-only reader.
+"""Arrays on a CUDA device: bf16 autocast trains every method alone and mixed in one array, fp32
+master weights and optimiser moments, DALR's text teachers in bf16 on the GPU, CUDA dropout
+streams; the objective on the GPU agrees with the CPU; a GPU array resumes from its checkpoint as
+if never stopped, and its checkpoint and exported students load on a CPU-only reader.
 
 Run with `python -m pytest -m gpu tests/trainables/test_gpu.py` on a machine with a GPU; the
 default suite deselects them (pyproject addopts)."""
@@ -10,16 +12,19 @@ import math
 
 import pytest
 import torch
-from trainables.loop import Trainer
 
+from tests.trainables.arrays.test_trainer import Reports, cfg
 from tests.trainables.objectives.references import batch as objective_batch
-from tests.trainables.test_loop import Reports, tiny_cfg
+from trainables.arrays.trainer import ArrayTrainer
 from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
+METHODS = ("simcse", "mcse", "kdmcse", "dalr")
+TERMS = {"simcse": set(), "mcse": {"grounding_image"}, "kdmcse": {"grounding_image", "grounding_text"},
+         "dalr": {"consistency", "cma", "info", "ima", "rank", "g2l"}}
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +43,65 @@ def _to(obj, device, dtype=None):
     return type(obj)(**fields)
 
 
-@pytest.mark.parametrize("method", ["simcse", "mcse", "kdmcse", "dalr"])
-def test_every_method_trains_on_cuda_in_bf16(method, tiny_bert, cache, tmp_path):
-    cfg = tiny_cfg(tiny_bert, cache, method, max_steps=6, eval_every=3)
-    t = Trainer(cfg, device="cuda")
+def _check_on_cuda_in_bf16(t: ArrayTrainer) -> None:
     assert t.amp, "auto precision on CUDA must mean bf16 autocast"
-    assert t.optimizer.defaults.get("fused"), "AdamW must be the fused CUDA kernel"
-    assert next(t.student.parameters()).is_cuda
+    params = list(t.model.parameters())
+    assert all(p.is_cuda for p in params)
+    # parameters stay fp32 under autocast (master weights); only the matmuls run in bf16
+    assert all(p.dtype == torch.float32 for p in params)
+    moments = t.optimizer.m_st + t.optimizer.v_st + [x for ms in t.optimizer.m_own for x in ms]
+    assert moments and all(x.is_cuda and x.dtype == torch.float32 for x in moments)
+    for m in t.members:
+        assert m.dropout.device.type == "cuda"  # each member's dropout stream is a CUDA generator
+        if m.needs_teachers:  # DALR's frozen teachers: bf16, on the GPU, outside the optimiser
+            for teacher in m.teachers.teachers:
+                w = next(teacher.model.parameters())
+                assert teacher.dtype == w.dtype == torch.bfloat16 and w.is_cuda
+                assert not w.requires_grad
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_trains_on_cuda_in_bf16(method, tiny_bert, cache, tmp_path):
+    t = ArrayTrainer([("a", cfg(tiny_bert, cache, method, max_steps=6, eval_every=3))], device="cuda")
+    _check_on_cuda_in_bf16(t)
     reports = Reports()
     final = t.fit(reports, tmp_path)
-    assert [m["step"] for m in reports.metrics] == [3, 6]
-    for m in reports.metrics:
-        assert math.isfinite(m["loss/total"]) and m["loss/total"] > 0
-    # parameters stay fp32 under autocast (master weights); only the matmuls run in bf16
-    assert all(p.dtype == torch.float32 for p in t.student.parameters())
-    tests = {k: v for k, v in final.items() if k.startswith("test/")}
+    assert [r["step"] for r in reports.metrics] == [3, 6]
+    for e in reports.member("a"):
+        assert math.isfinite(e["loss/total"]) and e["loss/total"] > 0
+        assert 0 <= e["best_stsb_dev"] <= 100
+    logged = {k.removeprefix("loss/") for k in reports.member("a")[0] if k.startswith("loss/")}
+    assert TERMS[method] <= logged, (TERMS[method], logged)
+    _check_on_cuda_in_bf16(t)  # still so after training
+    tests = {k: v for k, v in final["a"].items() if k.startswith("test/")}
     assert tests and all(math.isfinite(v) for v in tests.values()), final
+
+
+def test_a_mixed_array_trains_on_cuda_in_bf16(tiny_bert, cache, tmp_path):
+    members = [(m, cfg(tiny_bert, cache, m, seed=i, max_steps=6, eval_every=3))
+               for i, m in enumerate(METHODS)]
+    t = ArrayTrainer(members, device="cuda")
+    _check_on_cuda_in_bf16(t)
+    assert t.model.n_members == len(METHODS)
+    reports = Reports()
+    final = t.fit(reports, tmp_path)
+    assert set(final) == set(METHODS) and not [m for m in t.members if m.record.error]
+    for method in METHODS:
+        entries = reports.member(method)
+        assert [e["step"] for e in entries] == [3, 6]
+        assert all(math.isfinite(e["loss/total"]) for e in entries)
+        assert TERMS[method] <= {k.removeprefix("loss/") for k in entries[0] if k.startswith("loss/")}
+        assert all(math.isfinite(v) for k, v in final[method].items() if k.startswith("test/"))
 
 
 @pytest.mark.parametrize("method", ["mcse", "kdmcse", "dalr"])
 def test_objective_on_cuda_matches_cpu(method):
-    cfg = ObjectiveConfig(method=method, threshold=0.3 if method == "kdmcse" else None)
+    ocfg = ObjectiveConfig(method=method, threshold=0.3 if method == "kdmcse" else None)
     st, te = objective_batch(seed=31)
-    cpu = compute_objective(cfg, st, te, generator=torch.Generator().manual_seed(3))
+    cpu = compute_objective(ocfg, st, te, generator=torch.Generator().manual_seed(3))
     st_c, te_c = _to(st, "cuda"), _to(te, "cuda")
     assert isinstance(st_c, StudentOutputs) and isinstance(te_c, TeacherInputs)
-    gpu = compute_objective(cfg, st_c, te_c, generator=torch.Generator("cuda").manual_seed(3))
+    gpu = compute_objective(ocfg, st_c, te_c, generator=torch.Generator("cuda").manual_seed(3))
     for k, v in cpu.items():
         if k == "rank":  # ListMLE draws its tie-break from the generator: device RNGs differ
             continue
@@ -71,49 +109,66 @@ def test_objective_on_cuda_matches_cpu(method):
     # float32 under bf16 autocast: the loss matrices stay float32 and close to float64
     st32, te32 = _to(st, "cuda", torch.float32), _to(te, "cuda", torch.float32)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        amp = compute_objective(cfg, st32, te32, generator=torch.Generator("cuda").manual_seed(3))
+        amp = compute_objective(ocfg, st32, te32, generator=torch.Generator("cuda").manual_seed(3))
     assert amp["total"].dtype == torch.float32
     assert abs(amp["total"].item() - gpu["total"].item()) < 1e-3 * max(1.0, abs(gpu["total"].item()))
 
 
-def test_cuda_resume_matches_uninterrupted_and_exports_for_cpu(tiny_bert, cache, tmp_path,
-                                                              monkeypatch):
-    cfg = tiny_cfg(tiny_bert, cache, "kdmcse", max_steps=6, eval_every=3)
+@pytest.fixture()
+def deterministic():
     torch.use_deterministic_algorithms(True, warn_only=True)
-    ref = Trainer(cfg, device="cuda")
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+def test_cuda_resume_matches_uninterrupted_and_loads_on_cpu(tiny_bert, cache, tmp_path, monkeypatch,
+                                                            deterministic):
+    from transformers import AutoModel
+
+    from trainables.mlflow_model import DATA
+
+    members = [("k", cfg(tiny_bert, cache, "kdmcse", max_steps=6, eval_every=3)),
+               ("d", cfg(tiny_bert, cache, "dalr", seed=1, max_steps=6, eval_every=3))]
+    ref = ArrayTrainer(members, device="cuda")
     ref_reports = Reports()
-    ref.fit(ref_reports, tmp_path / "ref")
+    ref_final = ref.fit(ref_reports, tmp_path / "ref")
 
     class Killed(Exception):
         pass
 
-    orig = Trainer.train_step
+    orig = ArrayTrainer.train_step
 
-    def dying_step(self, kind, indices):
+    def dying_step(self):
         if self.step + 1 == 5:
             raise Killed
-        return orig(self, kind, indices)
+        return orig(self)
 
-    t = Trainer(cfg, device="cuda")
+    t = ArrayTrainer(members, device="cuda")
     partial = Reports()
-    monkeypatch.setattr(Trainer, "train_step", dying_step)
+    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
     with pytest.raises(Killed):
         t.fit(partial, tmp_path / "killed")
-    monkeypatch.setattr(Trainer, "train_step", orig)
-    resumed = Trainer(cfg, device="cuda")
+    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
+    resumed = ArrayTrainer(members, device="cuda")
     resumed.load_state(partial.ckpts[-1])
+    assert resumed.step == 3
     rest = Reports()
-    resumed.fit(rest, tmp_path / "resumed")
-    got = [m["loss/total"] for m in partial.metrics + rest.metrics]
-    want = [m["loss/total"] for m in ref_reports.metrics]
-    assert got == pytest.approx(want, rel=1e-4)
+    final = resumed.fit(rest, tmp_path / "resumed")
+    both = Reports()
+    both.metrics = partial.metrics + rest.metrics
+    for key, _ in members:
+        got = [e["loss/total"] for e in both.member(key)]
+        want = [e["loss/total"] for e in ref_reports.member(key)]
+        assert got == pytest.approx(want, rel=1e-4), key
+        assert final[key]["test/avg"] == pytest.approx(ref_final[key]["test/avg"], abs=1e-2), key
 
-    # a checkpoint written on the GPU resumes on a CPU-only reader, and the export loads there
-    cpu = Trainer(cfg, device="cpu")
-    cpu.load_state(partial.ckpts[-1])
-    assert cpu.step == 3 and not next(cpu.student.parameters()).is_cuda
+    # the GPU checkpoint opens on a CPU-only reader (weights, optimiser, member records) ...
+    state = torch.load(partial.ckpts[-1] / "state.pt", map_location="cpu", weights_only=False)
+    assert state["step"] == 3 and state["alive"] == ["k", "d"]
+    assert all(not v.is_cuda for v in state["model"].values())
+    # ... and each exported best student loads there
     out = resumed.export_best(tmp_path / "export")
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(out)
-    assert not next(model.parameters()).is_cuda
+    assert set(out) == {"k", "d"}
+    for folder in out.values():
+        model = AutoModel.from_pretrained(folder / DATA)
+        assert not next(model.parameters()).is_cuda

@@ -27,5 +27,5 @@ def test_storage_uri_and_root_cause(tmp_path):
     assert ray_env.storage_uri("s3://bucket/x") == "s3://bucket/x"
     assert ray_env.storage_uri(str(tmp_path / "runs")) == str((tmp_path / "runs").resolve())
     err = RuntimeError("Traceback ...\n  File x\nray.exceptions.RayTaskError: wrapped\n"
-                       "trainables.arrays.trainer.NonFiniteLoss: non-finite loss at step 2\n")
-    assert ray_env.root_cause(err) == "NonFiniteLoss: non-finite loss at step 2"
+                       "torch.OutOfMemoryError: CUDA out of memory (injected at step 2)\n")
+    assert ray_env.root_cause(err) == "OutOfMemoryError: CUDA out of memory (injected at step 2)"

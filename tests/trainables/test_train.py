@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainables import ray_env, train
+from trainables.mlflow_model import DATA
 from trainables.profiles import build_config
 
 
@@ -47,8 +48,10 @@ def test_two_worker_ddp_run(tiny_bert, tmp_path, ray_session):
     assert res.checkpoint is not None
     final = Path(res.checkpoint.path)
     assert not list(final.rglob("state.pt"))  # only the best weights outlive the array
-    for e in got.values():
-        assert (final / e["model"] / "config.json").is_file()
+    for e in got.values():  # each member's best student as an MLflow model around its HF folder
+        assert e["model"] == f"members/{e['key']}/model"
+        assert (final / e["model"] / "MLmodel").is_file()
+        assert (final / e["model"] / DATA / "config.json").is_file()
 
 
 def test_killed_worker_restarts_from_checkpoint_with_same_result(tiny_bert, tmp_path, ray_session,

@@ -58,10 +58,6 @@ FULLY_MASKED_STOP = 3
 is stopped: its grounding terms are then exactly 0, so it would silently train without them"""
 
 
-class NonFiniteLoss(RuntimeError):
-    """A loss term became NaN or inf; the message names the step, the term and the config."""
-
-
 class Member:
     """One run inside the array: its config, data, schedule, private RNG streams and record."""
 
@@ -266,7 +262,9 @@ class ArrayTrainer:
         for m, terms in zip(self.alive, all_terms, strict=True):
             m.record.add_terms(terms)
         self.step = step
-        return {m.key: t for m, t in zip(self.alive, all_terms, strict=True)}
+        # Detached: a caller holding a step's terms must not keep its graph, whose nodes remember
+        # the parameters' shapes from before a member left.
+        return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
 
     def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
         embs, local = (b.text_teachers, ()) if computed is None else computed
@@ -318,8 +316,9 @@ class ArrayTrainer:
             self.alive[j].record.error = why
             self._failed_unreported.append(self.alive[j])
         keep = [j for j in range(len(self.alive)) if j not in bad]
-        self.model.select(keep)
-        self.optimizer.select(keep, self.model.stacked_parameters())
+        if keep:  # when every member left, the array is over: nothing to select
+            self.model.select(keep)
+            self.optimizer.select(keep, self.model.stacked_parameters())
         self.alive = [self.alive[j] for j in keep]
 
     def _all_reduce_grads(self) -> None:
