@@ -25,7 +25,8 @@ run, arrays packed as for a table. From the finished runs' scores (STS Avg unles
 * **Power on a known effect.** SimCSE vs MCSE on the same seeds, every subset of
   ``--group-size`` seeds (or ``--draws`` random ones) as one small table: the share of subsets in
   which each test finds MCSE better (p < alpha, right sign); jackknife over seeds as above;
-  beside it the power the noncentral t predicts from the measured difference and std.
+  beside it the chance the noncentral t gives of finding it that way round at the measured
+  difference and std.
 * **Seeds needed.** Each method's seed std of the STS average (with its chi-square interval), and
   from it the seeds per cell a true difference of ``--deltas`` points needs for 80% power
   (``orchestrator.stats.seeds_needed``), beside a range of seed stds spanning the published ones.
