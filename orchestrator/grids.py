@@ -51,8 +51,13 @@ class Cell:
     """metric -> the paper's number (keys among the grid's columns)"""
     x: float | None = None
     """sweep coordinate (figures)"""
+    seed_offset: int = 0
+    """the cell's runs use seed + offset: a negative control compares one config on disjoint
+    seeds. Keys and pairing keep the grid's seed."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.seed_offset, int) or isinstance(self.seed_offset, bool):
+            raise ValueError(f"cell {self.name!r}: seed_offset must be an int, got {self.seed_offset!r}")
         object.__setattr__(self, "overrides", frozen_mapping(self.overrides))
         object.__setattr__(self, "published", frozen_mapping(self.published))
 
@@ -98,8 +103,9 @@ class Trial:
     grid: str
     cell: str
     seed: int
+    """the grid's seed: the trial key and the pairing with the baseline"""
     overrides: Mapping[str, Any]
-    """grid.base + cell.overrides + {"seed": seed}"""
+    """grid.base + cell.overrides + {"seed": seed + cell.seed_offset}"""
 
     @property
     def key(self) -> str:
@@ -107,12 +113,14 @@ class Trial:
 
 
 def expand(grid: Grid, seeds: Sequence[int] | None = None) -> list[Trial]:
-    """Cells x seeds, the baseline's trials first; every cell gets the same seed list (paired)."""
+    """Cells x seeds, the baseline's trials first; every cell gets the same seed list (paired).
+    A cell's ``seed_offset`` moves the seed its runs train with, not its key or pairing."""
     seeds = tuple(grid.seeds if seeds is None else seeds)
     check_seeds(seeds, f"grid {grid.name!r}")
     order = [grid.cell(grid.baseline)] + [c for c in grid.cells if c.name != grid.baseline]
     return [
-        Trial(grid.name, c.name, int(s), frozen_mapping({**grid.base, **c.overrides, "seed": int(s)}))
+        Trial(grid.name, c.name, int(s),
+              frozen_mapping({**grid.base, **c.overrides, "seed": int(s) + c.seed_offset}))
         for c in order
         for s in seeds
     ]

@@ -5,7 +5,9 @@ ablations) by columns STS12-16, STS-B, SICK-R, Avg, each entry the mean +- std o
 ``*`` for a significant independent t-test against the baseline (docs/official-code.md §7.4).
 :func:`analyze` turns ``cell -> seed -> metric -> value`` into a :class:`TableAnalysis` holding that
 and more for every (cell, column): Welch and paired tests, a Holm adjustment over the whole table,
-Hedges' g, a 95% CI of the difference and the gap to the published number (ours - published).
+Hedges' g, a 95% CI of the difference, the smallest difference the seeds could detect at 80%
+power, and the gap to the published number (ours - published). When the published numbers come
+from another setting (``directions_only``: the demo profile), only their direction is compared.
 
 A cell missing any expected seed (a failed trial, or a nan / absent metric in one) is INCOMPLETE:
 it gets no statistics at all rather than a test silently run on fewer seeds, and every renderer
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.stats import Comparison, compare, holm
+from orchestrator.stats import Comparison, compare, holm, sd_interval
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 DEFAULT_COLUMNS = (*STS_TASKS, "avg")
@@ -79,7 +81,9 @@ class Entry:
     holm_p: float
     published: float | None
     gap: float | None
-    """mean - published"""
+    """mean - published; None when the table compares directions only"""
+    published_diff: float | None = None
+    """published(cell) - published(baseline): the effect the paper reports"""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ class TableAnalysis:
     holm_on: str
     status: Mapping[str, CellStatus]
     entries: Mapping[tuple[str, str], Entry]
+    power: float = 0.8
+    """the power of the detectable differences"""
+    directions_only: bool = False
+    """the published numbers come from another setting: compare their sign, never their value"""
 
     def entry(self, cell: str, metric: str) -> Entry:
         return self.entries[(cell, metric_key(metric))]
@@ -149,6 +157,8 @@ def analyze(
     alpha: float = 0.05,
     title: str = "",
     holm_on: str = "student",
+    power: float = 0.8,
+    directions_only: bool = False,
 ) -> TableAnalysis:
     """Analyse one table: every cell vs ``baseline`` on every column, over the expected ``seeds``.
 
@@ -162,6 +172,9 @@ def analyze(
         alpha: level of the Student test behind '*' (papers: 0.05).
         holm_on: which p-value Holm adjusts over the family (non-baseline cells x columns):
             'student' (default, the papers' test), 'welch' or 'paired'.
+        power: the power at which each comparison's detectable difference is computed.
+        directions_only: the published numbers are from another setting (the demo profile):
+            no gap is computed and the report compares only the published direction.
     """
     if baseline not in results:
         raise ValueError(f"baseline {baseline!r} is not among the cells {sorted(results)}")
@@ -191,7 +204,8 @@ def analyze(
         for cell in cells[1:]:
             if status[cell].complete:
                 for m in cols:
-                    comps[(cell, m)] = compare(values[cell][m], values[baseline][m], alpha=alpha)
+                    comps[(cell, m)] = compare(values[cell][m], values[baseline][m], alpha=alpha,
+                                               power=power)
     keys = list(comps)
     adjusted = dict(zip(keys, holm([getattr(comps[k], HOLM_ON[holm_on]) for k in keys]), strict=True))
 
@@ -205,12 +219,14 @@ def analyze(
             # Same numpy reductions as stats.compare, so baseline rows match it bit for bit.
             ours = c.mean_variant if c else (float(x.mean()) if done else math.nan)
             std = c.std_variant if c else (float(np.std(x, ddof=1)) if done and x.size > 1 else math.nan)
-            p = pub.get((cell, m))
+            p, pb = pub.get((cell, m)), pub.get((baseline, m))
             entries[(cell, m)] = Entry(
                 cell, m, dict(vals), ours, std, c, float(adjusted.get((cell, m), math.nan)), p,
-                ours - p if p is not None and done else None,
+                ours - p if p is not None and done and not directions_only else None,
+                p - pb if p is not None and pb is not None and cell != baseline else None,
             )
-    return TableAnalysis(title, baseline, cells, cols, seeds, alpha, holm_on, status, entries)
+    return TableAnalysis(title, baseline, cells, cols, seeds, alpha, holm_on, status, entries,
+                         power, directions_only)
 
 
 # ---------------------------------------------------------------------------------------- render
@@ -307,6 +323,10 @@ def to_markdown(a: TableAnalysis) -> str:
                 f"{_p(c.welch_p)} | {_p(c.paired_p)} | {_p(e.holm_p)} | {_num(c.hedges_g, 2, True)} "
                 f"| [{_num(c.ci_low, d, True)}, {_num(c.ci_high, d, True)}] |"
             )
+    out += ["", _holm_sentence(a), "", *_detectable_lines(a)]
+    if a.directions_only:
+        out += _direction_lines(a)
+        return "\n".join(out) + "\n"
     pubs = [e for c in a.cells for m in a.columns if (e := a.entries[(c, m)]).published is not None]
     if pubs:
         out += ["", "#### Parity with published numbers", "",
@@ -319,10 +339,104 @@ def to_markdown(a: TableAnalysis) -> str:
     return "\n".join(out) + "\n"
 
 
+def _tested(a: TableAnalysis) -> list[Entry]:
+    return [e for c in a.cells[1:] for m in a.columns
+            if (e := a.entries[(c, m)]).comparison is not None]
+
+
+def _headline(a: TableAnalysis) -> str:
+    """The column a one-line summary speaks of: Avg when the table has it."""
+    return "avg" if "avg" in a.columns else a.columns[0]
+
+
+def _holm_sentence(a: TableAnalysis) -> str:
+    """Which differences survive Holm's correction, said in words (or 'none')."""
+    attr = HOLM_ON[a.holm_on]
+    tested = [e for e in _tested(a) if not math.isnan(getattr(e.comparison, attr))]
+    if not tested:
+        return "Significant after Holm correction: no test was computed."
+    sig = [e for e in tested if e.holm_p < a.alpha]
+    head = (f"Significant after Holm correction ({a.holm_on} p-values, family of {len(tested)} "
+            f"comparisons, alpha {a.alpha}): ")
+    if sig:
+        head += "; ".join(f"{e.cell} on {label(e.metric)} (Δ {_num(e.comparison.diff, _decimals(e.metric) + 1, True)}, "
+                          f"Holm p {_p(e.holm_p)})" for e in sig) + "."
+    else:
+        head += "none."
+    raw = sum(1 for e in tested if getattr(e.comparison, attr) < a.alpha)
+    return (head + f" Unadjusted, {raw} of {len(tested)} have p < {a.alpha}; were no effect real, "
+            f"about {a.alpha * len(tested):.1f} would by chance.")
+
+
+def _detectable_lines(a: TableAnalysis) -> list[str]:
+    """One line per cell: the smallest true difference its seeds could detect, and the observed."""
+    m = _headline(a)
+    d = _decimals(m) + 1
+    rows = []
+    for cell in a.cells[1:]:
+        c = a.entries[(cell, m)].comparison
+        if c is None:
+            rows.append(f"- {cell}: no statistics (incomplete).")
+            continue
+        paired = ("" if math.isnan(c.detectable_paired) else
+                  f"; paired test {_num(c.detectable_paired, d)} (std of per-seed differences "
+                  f"{_num(c.sd_diff, d)})")
+        rows.append(f"- {cell}: {_num(c.detectable_student, d)} (Student, pooled seed std "
+                    f"{_num(c.sd_pooled, d)} with {a.baseline}){paired}. Observed Δ "
+                    f"{_num(c.diff, d, True)}.")
+    if not rows:
+        return []
+    n = len(a.seeds)
+    lo, hi = sd_interval(1.0, n)
+    return [f"#### What these seeds can detect ({label(m)})", "",
+            f"The smallest true difference these n = {n} seeds could detect with "
+            f"{a.power:.0%} power (two-sided, alpha {a.alpha}), given the measured seed std. A true "
+            "effect below it is more likely missed than found, so 'not significant' does not mean "
+            f"'no effect'. The std of {n} seeds is itself uncertain (95% interval {lo:.1f}x to "
+            f"{hi:.1f}x the measured one), and so is this figure.", "", *rows]
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def _direction_lines(a: TableAnalysis) -> list[str]:
+    """Demo profile: the published effect's direction against ours, never the published values."""
+    rows = []
+    m = _headline(a)
+    tasks = [t for t in a.columns if t != "avg"]
+    for cell in a.cells[1:]:
+        e = a.entries[(cell, m)]
+        if e.published_diff is None:
+            continue
+        pd = e.published_diff
+        says = "better" if pd > 0 else "worse" if pd < 0 else "equal"
+        c, d = e.comparison, _decimals(m) + 1
+        if c is None:
+            rows.append(f"| {cell} | {pd:+.{d}f} | {says} | INCOMPLETE | — | — | — |")
+            continue
+        same = "—" if pd == 0 else "yes" if _sign(c.diff) == _sign(pd) else "no"
+        sig = f"{'yes' if e.holm_p < a.alpha else 'no'} (Holm p {_p(e.holm_p)})"
+        agree = [_sign(te.comparison.diff) == _sign(te.published_diff) for t in tasks
+                 if (te := a.entries[(cell, t)]).published_diff and te.comparison is not None]
+        share = f"{sum(agree)} of {len(agree)}" if agree else "—"
+        rows.append(f"| {cell} | {pd:+.{d}f} | {says} | {_num(c.diff, d, True)} | {same} | {sig} "
+                    f"| {share} |")
+    if not rows:
+        return ["", f"Published direction: no cell has a published {label(m)} beside its baseline's."]
+    return ["", f"#### Published direction vs this run ({label(m)})", "",
+            "The published numbers come from the papers' setting (BERT-base, Wiki1M + Flickr30k, "
+            "real STS), which this profile does not reproduce; their values are not comparable, "
+            f"only the direction of each effect. Published Δ = the paper's cell − its {a.baseline}.",
+            "",
+            f"| cell | published Δ | paper: vs {a.baseline} | our Δ | same direction | "
+            "significant here | tasks with the published sign |", "|---" * 7 + "|", *rows]
+
+
 CSV_FIELDS = (
     "cell", "metric", "role", "status", "n", "missing_seeds", "mean", "std", "diff", "student_p",
     "significant", "welch_p", "paired_p", "n_paired", "holm_p", "hedges_g", "ci_low", "ci_high",
-    "published", "gap",
+    "published", "gap", "sd_pooled", "detectable_student", "detectable_paired", "published_diff",
 )
 
 
@@ -346,7 +460,9 @@ def to_csv(a: TableAnalysis) -> str:
                 _f(c and c.diff), _f(c and c.t_student_p), "" if c is None else c.significant,
                 _f(c and c.welch_p), _f(c and c.paired_p), "" if c is None else c.n_paired,
                 _f(e.holm_p if c else None), _f(c and c.hedges_g), _f(c and c.ci_low),
-                _f(c and c.ci_high), _f(e.published), _f(e.gap),
+                _f(c and c.ci_high), _f(None if a.directions_only else e.published), _f(e.gap),
+                _f(c and c.sd_pooled), _f(c and c.detectable_student),
+                _f(c and c.detectable_paired), _f(e.published_diff),
                 *(_f(e.values.get(s)) for s in a.seeds),
             ])
     return buf.getvalue()
