@@ -7,8 +7,9 @@ members: the clip norm of member i is the norm of member i's gradients alone (as
 ``torch.nn.utils.clip_grad_norm_`` over one run's parameters), so a NaN in one member can never
 reach another.
 
-The update is torch's single-tensor AdamW (decoupled weight decay, bias-corrected moments, eps
-added after the square root), applied with a per-member step size; the official recipe is AdamW
+The update is torch's AdamW (decoupled weight decay, bias-corrected moments, eps added after the
+square root): its fused kernel on each member's slices, or the single-tensor update with a
+per-member step size where the kernel is missing; the official recipe is AdamW
 (eps 1e-6, no weight decay), linear decay to 0 without warmup, clipping at 1.0.
 """
 
@@ -18,6 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+FUSED = hasattr(torch, "_fused_adamw_")
+"""torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,13 @@ class ArrayAdamW:
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
-        b1, b2 = self.betas
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
         # The LR of step t is the schedule's value before it advances (LambdaLR semantics).
         lrs = [h.lr * self.lr_factor(self.t - 1) for h in self.hyper]
+        if FUSED:
+            self._fused_step(lrs)
+            return
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
         if self.stacked:
             dev = self.stacked[0].device
             lr_vec = torch.tensor(lrs, dtype=torch.float32, device=dev)
@@ -115,6 +122,34 @@ class ArrayAdamW:
             for p, m, v in zip(ps, ms, vs, strict=True):
                 if p.grad is not None:
                     self._update(p, p.grad, m, v, lrs[i], h.weight_decay, h.eps, c1, c2)
+
+    def _fused_step(self, lrs: list[float]) -> None:
+        """torch's fused AdamW kernel (the ``fused=True`` update) on each member's slices.
+
+        Members with equal (lr, weight decay, eps) go in one call; a slice ``p[i]`` of a stacked
+        parameter is a contiguous view, so the update lands in place and stays per member.
+        On CPU this is ~10x faster than the single-tensor update over MiniLM's word embeddings.
+        """
+        groups: dict[tuple[float, float, float], list[int]] = {}
+        for i, h in enumerate(self.hyper):
+            groups.setdefault((lrs[i], h.weight_decay, h.eps), []).append(i)
+        b1, b2 = self.betas
+        for (lr, wd, eps), idx in groups.items():
+            by_key: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
+            quads = [(p[i], p.grad[i], m[i], v[i])
+                     for p, m, v in zip(self.stacked, self.m_st, self.v_st, strict=True)
+                     if p.grad is not None for i in idx]
+            quads += [(p, p.grad, m, v) for i in idx
+                      for p, m, v in zip(self.own[i], self.m_own[i], self.v_own[i], strict=True)
+                      if p.grad is not None]
+            for p, g, m, v in quads:
+                lists = by_key.setdefault((p.device, p.dtype), [[], [], [], []])
+                for dst, t in zip(lists, (p, g.to(p.dtype), m, v), strict=True):
+                    dst.append(t)
+            for (dev, _), (ps, gs, ms, vs) in by_key.items():
+                step = torch.tensor(float(self.t), dtype=torch.float32, device=dev)
+                torch._fused_adamw_(ps, gs, ms, vs, [], [step] * len(ps), lr=lr, beta1=b1, beta2=b2,
+                                    weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
 
     def _update(self, p, g, m, v, lr, wd, eps, c1: float, c2: float) -> None:
         """torch's single-tensor AdamW step; ``lr``/``wd``/``eps`` are floats or (M, 1, ...) tensors."""
