@@ -18,35 +18,20 @@ confirmation through ``Session.run``, and closes it the same way. A session owns
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.options import Options
 from orchestrator.plan import MemberPlan, TrialPlan, pack
-from orchestrator.resources import TRIAL_DRIVER_RESOURCES, Resources, wait_for_resources
-
-
-@dataclass(frozen=True)
-class Options:
-    """The command line's campaign settings (``orchestrator.cli``)."""
-
-    profile: str | None = None
-    address: str | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float | None = None
-    """None: 1 GPU per trial when the cluster has GPUs, else 0"""
-    max_concurrent: int | None = None
-    max_failures: int = 1
-    tracking_uri: str | None = None
-    storage: str = "runs"
-    wait_for_workers: float = 900.0
-    resume: bool = False
-    array_size: int | None = None
-    """members per array; None ('auto'): as few arrays as the devices allow"""
-    keep_checkpoints: bool = False
+from orchestrator.resources import (
+    TRIAL_DRIVER_RESOURCES,
+    Resources,
+    local_resources,
+    wait_for_resources,
+)
 
 
 @dataclass(frozen=True)
@@ -75,13 +60,6 @@ class Outcome:
     best_dev: dict[str, float] = field(default_factory=dict)
     """best STS-B dev of every member that reported one (pruned members included)"""
     interrupted: bool = False
-
-
-def local_resources() -> dict[str, float]:
-    """This machine, as the embedded Ray will see it."""
-    import torch
-
-    return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
 
 
 class Session:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from orchestrator.campaign import Options
+from orchestrator.options import Options
 
 
 def _array_size(text: str) -> int | None:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.campaign import Options, local_resources
+from orchestrator.options import Options
 from orchestrator.plan import MemberPlan
-from orchestrator.resources import Resources
+from orchestrator.resources import Resources, local_resources
 
 DEMO_REPLACES = ("encoder", "data.text", "data.pairs", "data.senteval")
 """what the demo profile supplies itself: a cell that names its own refuses the demo"""

@@ -11,6 +11,7 @@ autoscaler for more workers.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,3 +88,10 @@ def wait_for_resources(resources: Resources, timeout_s: float, poll_s: float = 5
         raise ValueError(f"no trial fits the cluster after {timeout_s:.0f}s; check `ray status`")
     finally:
         request_resources(bundles=[])
+
+
+def local_resources() -> dict[str, float]:
+    """This machine, as the embedded Ray will see it."""
+    import torch
+
+    return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
