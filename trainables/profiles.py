@@ -27,8 +27,9 @@ TOP1_LAYERS = (5,)
 # subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). Untrained: 61.9.
 # lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start (59.3) and MCSE's
 # seed std is 2.9; at 3e-4 MCSE leads SimCSE by 5.5 instead of 8.9 (3 seeds each). 60 steps x
-# batch 16 (30 caption batches): 18 s per run on one thread (0.26 s a step, half of it AdamW over
-# the word embeddings), so table3's 20 runs are ~3 min of compute on 2 cores.
+# batch 16 (30 caption batches): 0.11 s a member-step on 2 threads (with the fused AdamW kernel;
+# the single-tensor update over the word embeddings had been half the step), so table3's 20 runs
+# take 3 min 44 s end to end on 2 cores (bench/README.md, "table_timing.py").
 DEMO: dict[str, Any] = {
     "data.demo": True,
     "encoder": MINILM_TOP1,
