@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +97,9 @@ def test_positive_control_is_found_and_negative_control_is_not(tmp_path, monkeyp
 
     _demo_world_or_skip()
     monkeypatch.chdir(tmp_path)
+    # Ray's workers start in tmp_path: they import this checkout, not whatever is installed.
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
 
     def run(grid: str) -> int:
         return ablate.main(["--grid", grid, "--profile", "demo", "--seeds", "0", "1", "2", "3", "4",

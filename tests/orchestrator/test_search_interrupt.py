@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _search(d: Path, tag: str, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "orchestrator.search", "--space", "kdmcse_search",
             "--profile", str(d / "tiny.yaml"), "--num-samples", "4", "--search-seeds", "0", "1",
-            "--finalists", "1", "--finalist-seeds", "10", "--confirm-seeds", "7", "8",
+            "--finalists", "2", "--finalist-seeds", "10", "--confirm-seeds", "7", "8",
             "--storage", str(d / "runs"), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}", *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MMEMB_TEST_TAG": tag}
     out = (d / f"{tag}.out").open("w")
@@ -53,6 +53,9 @@ def test_ctrl_c_stops_the_search_and_resume_finishes_it(tmp_path, tiny_bert):
     proc = _search(tmp_path, tag)
     try:
         def curve_started():  # a dev evaluation reached MLflow: the round is under way
+            if proc.poll() is not None:
+                out = (tmp_path / f"{tag}.out").read_text()
+                raise AssertionError(f"the search ended (exit {proc.returncode}) first:\n{out[-3000:]}")
             _, kids = _runs(tmp_path)
             return any("stsb_dev" in k.data.metrics for k in kids)
 
