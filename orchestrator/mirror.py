@@ -47,7 +47,9 @@ class MlflowMirror(Callback):
         """member key -> best STS-B dev so far (a pruned member's value in a search)"""
         self.reused: set[str] = set()
         self.logged_steps: dict[str, set[int]] = {}
-        """dev-curve steps already in MLflow for runs an interrupted driver left behind"""
+        """member key -> dev-curve steps already in MLflow (this driver's, and for runs an
+        interrupted driver left behind, what their history holds)"""
+        self.history_read: set[str] = set()
 
     def _child(self, trial_plan: TrialPlan, m: MemberPlan) -> str:
         if m.key not in self.runs:  # once per member, even across Tune retries
@@ -59,16 +61,16 @@ class MlflowMirror(Callback):
         return self.runs[m.key]
 
     def _already_logged(self, key: str, run: str, step: int) -> bool:
-        """A resumed run re-sends the evaluation of its checkpoint: log it once."""
-        if key not in self.reused or run.startswith("pending:"):
-            return False
-        if key not in self.logged_steps:
+        """A resumed array (a Tune retry after a worker or node died, or --resume) re-sends the
+        evaluation of its checkpoint: log it once."""
+        if key in self.reused and key not in self.history_read and not run.startswith("pending:"):
+            self.history_read.add(key)
             try:
                 hist = self.outbox.tracker.client.get_metric_history(run, "stsb_dev")
             except Exception:  # unreadable: log again rather than lose the point
                 hist = []
-            self.logged_steps[key] = {int(h.step) for h in hist}
-        return step in self.logged_steps[key]
+            self.logged_steps.setdefault(key, set()).update(int(h.step) for h in hist)
+        return step in self.logged_steps.get(key, set())
 
     def on_trial_start(self, iteration, trials, trial, **info):
         plan: TrialPlan = self.plans[trial.config["index"]]
@@ -89,9 +91,9 @@ class MlflowMirror(Callback):
             if "best_stsb_dev" in entry:
                 self.best_dev[key] = float(entry["best_stsb_dev"])
             metrics = {**entry, "step": entry.get("step", result.get("step", 0))}
-            if result.get("resumed"):
-                if self._already_logged(key, run, int(metrics["step"])):
-                    continue
+            if result.get("resumed") and self._already_logged(key, run, int(metrics["step"])):
+                continue
+            if "stsb_dev" in entry:
                 self.logged_steps.setdefault(key, set()).add(int(metrics["step"]))
             if result.get("final"):
                 metrics["final"] = 1
