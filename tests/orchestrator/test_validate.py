@@ -7,23 +7,11 @@ import warnings
 
 import pytest
 
-from orchestrator.grids import Cell, Grid
-from orchestrator.spaces import FloatRange, SearchSpace
+from orchestrator.grids import Cell
+from orchestrator.spaces import SearchSpace
 from orchestrator.validate import validate_grid, validate_space
-
-M = {"objective.method": "mcse"}
-
-
-def _grid(**kw) -> Grid:
-    args = dict(
-        name="toy", title="toy grid",
-        cells=(Cell("KDMCSE", {"objective.method": "kdmcse", "lr": 2e-5}),
-               Cell("MCSE", M, {"avg": 77.3}),
-               Cell("w/o AdapACSE", {"objective.method": "kdmcse", "objective.adaptive_margin": False})),
-        baseline="MCSE", seeds=(3, 7), base={"lr": 1e-5, "batch_size": 8},
-    )
-    args.update(kw)
-    return Grid(**args)
+from tests.orchestrator.test_grids import M, _grid  # the toy grid, defined once
+from tests.orchestrator.test_spaces import TOY  # the toy search, defined once
 
 
 def _no_build(overrides):  # validation logic without RunConfig
@@ -106,17 +94,6 @@ def test_validate_resolves_symbolic_teachers_on_the_demo():
 
 
 # --- searches ------------------------------------------------------------------------------
-LAM = FloatRange("objective.lam", 1e-3, 1e-1, log=True)
-
-
-def _define(trial):
-    LAM.suggest(trial)
-    trial.suggest_categorical("objective.threshold", ["off", 0.8])
-    m = trial.suggest_float("margin", 0.05, 0.3)
-    return {"objective.text_margin": m, "objective.grounding_margin": m}
-
-
-TOY = SearchSpace("toy", "toy search", {"objective.method": "kdmcse"}, _define, M)
 
 
 def test_validate_space_catches_a_bad_key():
