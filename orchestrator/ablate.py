@@ -45,12 +45,11 @@ def _list() -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.campaign import Campaign, describe, local_resources, run_table
-    from orchestrator.plan import pack, plan_id, plan_members
+    from orchestrator.campaign import Campaign, describe, dry_run_arrays, run_table
+    from orchestrator.plan import plan_id, plan_members
     from orchestrator.preflight import check_campaign, check_demo_fit, check_seeds
     from orchestrator.registry import load_grid
     from orchestrator.report import grid_spec
-    from orchestrator.resources import Resources
     from trainables.profiles import build_config, profile_overrides
 
     opts = cli.options(args)
@@ -73,13 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,
                         {"mmemb.grid": grid.name, "mmemb.profile": opts.profile or "default"})
     if args.dry_run:
-        here = local_resources()
-        res = Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0, opts.max_concurrent)
-        if not opts.address:
-            res.check_fits(here, "this machine")
-        slots = res.concurrency(here) if not opts.address else (opts.max_concurrent or 1)
-        trials = pack(members, array_keys, grid.name, opts.storage, opts.cpus_per_trial,
-                      res.gpus_per_trial, opts.max_failures, opts.array_size, slots)
+        trials, slots = dry_run_arrays(members, array_keys, grid.name, opts)
         print(f"{grid.title}\n{len(members)} runs ({len(cells)} cells x {len(seeds)} seeds) in "
               f"{len(trials)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")

@@ -563,12 +563,11 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.campaign import Campaign, Session, describe, local_resources
-    from orchestrator.plan import pack, plan_id, plan_members
-    from orchestrator.preflight import check_data
+    from orchestrator.campaign import Campaign, Session, describe, dry_run_arrays
+    from orchestrator.plan import plan_id, plan_members
+    from orchestrator.preflight import check_campaign
     from orchestrator.registry import load_grid
     from orchestrator.report import grid_spec, report_dir
-    from orchestrator.resources import Resources
     from trainables.profiles import build_config, profile_overrides
 
     _check(args)
@@ -579,7 +578,8 @@ def _run(args: argparse.Namespace) -> int:
     ctrl = set(seeds[: args.control_runs])
     members = [m for m in plan_members(grid, lambda ov: build_config(opts.profile, overrides=ov), seeds)
                if m.cell == BASELINE or m.seed in ctrl]
-    array_keys = check_data(members).array_keys
+    pre = check_campaign(members, opts)  # everything, before Ray or MLflow
+    array_keys = pre.array_keys
     demo = bool(prof.get("data.demo"))
     spec = grid_spec(grid) | {"name": "calibration", "seeds": sorted(ctrl) or seeds[: args.group_size],
                               "cells": [BASELINE, CONTROL] if ctrl else [BASELINE], "demo": demo}
@@ -592,16 +592,11 @@ def _run(args: argparse.Namespace) -> int:
                  + (f" and {len(ctrl)} {CONTROL} runs on the first {len(ctrl)} of those seeds"
                     if ctrl else "") + f", profile {kind}.")
     if args.dry_run:
-        here = local_resources()
-        res = Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0, opts.max_concurrent)
-        if not opts.address:
-            res.check_fits(here, "this machine")
-        slots = res.concurrency(here) if not opts.address else (opts.max_concurrent or 1)
-        trials = pack(members, array_keys, "calibration", opts.storage, opts.cpus_per_trial,
-                      res.gpus_per_trial, opts.max_failures, opts.array_size, slots)
+        trials, slots = dry_run_arrays(members, array_keys, "calibration", opts)
         print(f"calibration: {runs_line}\n{len(members)} runs in {len(trials)} arrays, up to "
               f"{slots} at once")
         print(describe(trials))
+        print("\n".join(f"checked: {line}" for line in pre.checked))
         print("dry run: everything checked, nothing started")
         return 0
     campaign = Campaign("calibration", "calibration", f"calibration ({kind})", pid,

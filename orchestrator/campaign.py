@@ -219,6 +219,17 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
     return s.finish(campaign.spec)
 
 
+def dry_run_arrays(members: Sequence[MemberPlan], array_keys: Mapping[str, str], name: str,
+                   opts: Options) -> tuple[list[TrialPlan], int]:
+    """The arrays a campaign would run and how many at once, without starting anything (the
+    resources were checked against this machine by ``preflight.check_campaign``)."""
+    res = Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0, opts.max_concurrent)
+    slots = res.concurrency(local_resources()) if not opts.address else (opts.max_concurrent or 1)
+    trials = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
+                  opts.max_failures, opts.array_size, slots)
+    return trials, slots
+
+
 def describe(trials: Sequence[TrialPlan]) -> str:
     """The dry run's listing: every array, its members and what it asks for."""
     lines = []
