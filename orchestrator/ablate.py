@@ -46,8 +46,9 @@ def _list() -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.campaign import Campaign, describe, dry_run_arrays, run_table
+    from orchestrator.grids import check_seeds
     from orchestrator.plan import plan_id, plan_members
-    from orchestrator.preflight import check_campaign, check_demo_fit, check_seeds
+    from orchestrator.preflight import check_campaign, check_demo_fit
     from orchestrator.registry import load_grid
     from orchestrator.report import grid_spec
     from trainables.profiles import build_config, profile_overrides
@@ -56,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     seeds = list(args.seeds) if args.seeds else list(grid.seeds)
     where = "--seeds" if args.seeds else f"grid {grid.name}: seeds"
-    check_seeds(seeds, where)
+    check_seeds(seeds, where, least=2)
     profile_name, prof = profile_overrides(opts.profile)
     if prof.get("data.demo"):
         check_demo_fit(grid, args.cells)

@@ -116,7 +116,7 @@ def expand(grid: Grid, seeds: Sequence[int] | None = None) -> list[Trial]:
     """Cells x seeds, the baseline's trials first; every cell gets the same seed list (paired).
     A cell's ``seed_offset`` moves the seed its runs train with, not its key or pairing."""
     seeds = tuple(grid.seeds if seeds is None else seeds)
-    check_seeds(seeds, f"grid {grid.name!r}")
+    check_seeds(seeds, f"grid {grid.name!r}: seeds")
     order = [grid.cell(grid.baseline)] + [c for c in grid.cells if c.name != grid.baseline]
     return [
         Trial(grid.name, c.name, int(s),
@@ -126,6 +126,19 @@ def expand(grid: Grid, seeds: Sequence[int] | None = None) -> list[Trial]:
     ]
 
 
-def check_seeds(seeds: Sequence[int], what: str) -> None:
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"{what}: seeds must be a non-empty list of distinct integers, got {tuple(seeds)}")
+def check_seeds(seeds: Sequence[int], where: str, least: int = 1) -> str:
+    """The one seed rule, for grid files and command lines: integers >= 0 (numpy and torch refuse
+    negative seeds), each once, at least ``least`` (a table's mean +- std and t-tests need 2).
+    Returns the line ``--dry-run`` prints."""
+    vals = list(seeds)
+    shown = " ".join(map(str, vals)) or "(none)"
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in vals):
+        raise ValueError(f"{where} {shown}: seeds must be non-negative integers (numpy and torch "
+                         "refuse negative seeds); use e.g. 0 1 2 3 4")
+    if len(set(vals)) != len(vals):
+        raise ValueError(f"{where} {shown}: seeds must be distinct; give each seed once")
+    if len(vals) < least:
+        hint = ", or run one training with python -m trainables.train" if least > 1 else ""
+        raise ValueError(f"{where} {shown}: needs at least {least} seed{'s' * (least > 1)} (a "
+                         f"mean +- std and every test compare seeds); give {least} or more{hint}")
+    return f"seeds {shown}: {len(vals)} distinct, non-negative"

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.grids import check_seeds
 from orchestrator.options import Options
 from orchestrator.plan import MemberPlan
 from orchestrator.resources import Resources, local_resources
@@ -53,22 +54,6 @@ class DataCheck:
     """what was checked, one line each (``--dry-run`` prints them)"""
     warnings: tuple[str, ...] = field(default=())
     """what is allowed but should be said up front (printed as ``warning:`` lines)"""
-
-
-def check_seeds(seeds: Sequence[int], option: str, least: int = 2) -> str:
-    """Non-negative, distinct, at least ``least`` (a table's t-tests compare seeds)."""
-    vals = list(seeds)
-    shown = " ".join(map(str, vals))
-    if any(not isinstance(s, int) or s < 0 for s in vals):
-        raise ValueError(f"{option} {shown}: seeds must be non-negative integers (numpy and torch "
-                         "refuse negative seeds); use e.g. 0 1 2 3 4")
-    if len(set(vals)) != len(vals):
-        raise ValueError(f"{option} {shown} has duplicates; give each seed once")
-    if len(vals) < least:
-        raise ValueError(f"{option} {shown}: a table needs at least {least} seeds (its mean ± std "
-                         "and every test compare seeds); give two or more, or run one training "
-                         "with python -m trainables.train")
-    return f"seeds {shown}: {len(vals)} distinct, non-negative"
 
 
 def check_storage(storage: str) -> str:
@@ -189,7 +174,7 @@ def check_campaign(members: Sequence[MemberPlan], opts: Options,
 
     lines = []
     if seeds is not None:
-        lines.append(check_seeds(*seeds))
+        lines.append(check_seeds(*seeds, least=2))
     cells = sorted({m.cell for m in members})
     lines.append(f"run configs: {len(members)} built and valid ({len(cells)} cells or configurations)")
     uri = opts.tracking_uri or default_tracking_uri()

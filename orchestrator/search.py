@@ -87,12 +87,11 @@ def _list() -> int:
 
 def search_args(args: argparse.Namespace, space) -> SearchArgs:
     """The search's own options, refused at once when they make no sense (never after the search)."""
+    from orchestrator.grids import check_seeds
+
     def seeds(name: str, values: Sequence[int], least: int) -> tuple[int, ...]:
-        vals = tuple(values)
-        if len(set(vals)) != len(vals) or any(v < 0 for v in vals) or len(vals) < least:
-            raise ValueError(f"{name} {' '.join(map(str, vals))}: give at least {least} distinct "
-                             "non-negative seeds")
-        return vals
+        check_seeds(values, name, least)
+        return tuple(values)
 
     n = args.num_samples if args.num_samples is not None else space.num_samples
     if n < 2:

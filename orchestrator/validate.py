@@ -30,7 +30,7 @@ def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_
         raise ValueError(f"{where}: cell names {names} collide as trial keys {slugs}; rename one")
     if grid.baseline not in names:
         raise ValueError(f"{where}: baseline {grid.baseline!r} is not a cell ({names})")
-    check_seeds(grid.seeds, where)
+    check_seeds(grid.seeds, f"{where}: seeds")
     if grid.plot not in ("bars", "sweep"):
         raise ValueError(f"{where}: plot={grid.plot!r}; use 'bars' or 'sweep'")
     if grid.plot == "sweep":
@@ -75,7 +75,7 @@ def validate_space(space: SearchSpace, samples: int = 4,
         raise ValueError(f"{where}: base and baseline must name objective.method")
     if space.mode not in ("min", "max") or space.num_samples < 1:
         raise ValueError(f"{where}: mode must be min/max and num_samples >= 1")
-    check_seeds(space.confirm_seeds, where)
+    check_seeds(space.confirm_seeds, f"{where}: confirm_seeds", least=2)
     build(dict(space.baseline))
     import warnings
 

@@ -51,16 +51,22 @@ def test_expand_seed_override_and_bad_seeds():
     assert {t.seed for t in expand(_grid(), seeds=[0])} == {0}
     with pytest.raises(ValueError, match="distinct"):
         expand(_grid(), seeds=[1, 1])
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="needs at least 1 seed"):
         expand(_grid(), seeds=[])
+    with pytest.raises(ValueError, match="non-negative"):
+        expand(_grid(), seeds=[-1, 0])
     with pytest.raises(ValueError, match="integers"):
         expand(_grid(), seeds=[1.5])  # type: ignore[list-item]
 
 
 def test_check_seeds_names_what_it_checks():
-    check_seeds((0, 1, 2), "grid 'x'")
-    with pytest.raises(ValueError, match=r"^grid 'x': seeds must be .* got \(0, 0\)"):
-        check_seeds((0, 0), "grid 'x'")
+    assert check_seeds((0, 1, 2), "grid 'x': seeds") == "seeds 0 1 2: 3 distinct, non-negative"
+    with pytest.raises(ValueError, match=r"^grid 'x': seeds 0 0: seeds must be distinct"):
+        check_seeds((0, 0), "grid 'x': seeds")
+    with pytest.raises(ValueError, match=r"^--seeds 3: needs at least 2 seeds .*trainables.train"):
+        check_seeds((3,), "--seeds", least=2)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        check_seeds((True, 1), "--seeds")
 
 
 def test_trial_keys_stable_unique_and_picklable():

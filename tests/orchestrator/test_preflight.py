@@ -143,7 +143,7 @@ def _gpus_beyond_this_machine() -> str:
 
 TABLE_CASES = [
     ("seeds-negative", "ok", ["--seeds", "-1", "0"], "--seeds -1 0: seeds must be non-negative"),
-    ("seeds-one", "ok", ["--seeds", "0"], "--seeds 0: a table needs at least 2 seeds"),
+    ("seeds-one", "ok", ["--seeds", "0"], "--seeds 0: needs at least 2 seeds"),
     ("gpus-beyond-machine", "ok", ["--gpus-per-trial", "GPUS"], "GPUs; lower it, use 0 for CPU runs"),
     ("kdmcse-dims-disagree", "dims", [], "'image' features are 512-d but 'clip_text' is 384-d"),
     ("nan-row", "nan_row", [], "column 'image': NaN/inf in row 5"),
@@ -204,7 +204,7 @@ def test_store_without_checksums_runs_with_one_warning_up_front(files, tmp_path,
 
 SEARCH_CASES = [
     ("confirm-seeds-duplicate", "kdmcse_search", ["--confirm-seeds", "1", "1"],
-     "--confirm-seeds 1 1: give at least 2 distinct non-negative seeds"),
+     "--confirm-seeds 1 1: seeds must be distinct"),
     ("gpus-beyond-machine", "kdmcse_search", ["--gpus-per-trial", "GPUS"], "GPUs; lower it"),
     ("tracking-scheme", "kdmcse_search", ["--tracking-uri", "htp://x"], "MLflow has no 'htp' store"),
     ("unknown-teacher", "FILES/teacher_typo.py", [], "teacher combination 'simcze'"),
