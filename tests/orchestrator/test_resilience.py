@@ -583,11 +583,11 @@ CASES = [
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --cpus-per-trial 64", "--cpus-per-trial 64 but this machine has"),
     # issue 14, at the command line (each also in-process in test_preflight.py)
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds -1 0", "--seeds -1 0: seeds must be non-negative"),
-    ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds 0", "--seeds 0: a table needs at least 2 seeds"),
+    ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds 0", "--seeds 0: needs at least 2 seeds"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --gpus-per-trial {{gpus}}", "--gpus-per-trial {gpus} but this machine has"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --tracking-uri htp://localhost:5000", "MLflow has no 'htp' store"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --tracking-uri sqlite:////proc/nope/mlflow.db", "folder /proc/nope does not exist"),
-    ("search", f"{SEARCH} --profile {{d}}/ok.yaml --confirm-seeds 1 1", "--confirm-seeds 1 1: give at least 2 distinct"),
+    ("search", f"{SEARCH} --profile {{d}}/ok.yaml --confirm-seeds 1 1", "--confirm-seeds 1 1: seeds must be distinct"),
     ("search", "--space nope", "unknown search 'nope'"),
     ("search", f"{SEARCH} --profile {{d}}/missing_text.yaml", "text corpus not found at /nope/wiki1m.txt"),
     ("search", f"{SEARCH} --profile {{d}}/truncated.yaml", "the file is corrupt or truncated"),
