@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -36,8 +37,23 @@ def _search(d: Path, tag: str, *extra: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def _parent_logged(db: Path) -> bool:
+    """Read-only: the search has created its MLflow store and parent run. Opening the store with
+    MlflowClient any earlier migrates it a second time while the search does (alembic fails)."""
+    if not db.exists():
+        return False
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return con.execute("SELECT 1 FROM tags WHERE key = 'mmemb.kind' AND value = 'search'"
+                           ).fetchone() is not None
+    except sqlite3.OperationalError:  # tables not created yet
+        return False
+    finally:
+        con.close()
+
+
 def _runs(d: Path):
-    if not (d / "mlflow.db").exists():
+    if not _parent_logged(d / "mlflow.db"):
         return None, []
     tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
     parents = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'search'")
