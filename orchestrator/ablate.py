@@ -86,4 +86,5 @@ def _run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars for the student's load
     sys.exit(main())

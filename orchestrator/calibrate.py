@@ -657,4 +657,5 @@ def _log_metrics(tracker: Any, parent: str, metrics: Mapping[str, float]) -> Non
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars for the student's load
     sys.exit(main())

@@ -32,7 +32,7 @@ def test_validate_builds_demo_configs_with_base_cell_and_seed():
     [
         ({"cells": ()}, "has no cells"),
         ({"baseline": "SimCSE"}, "baseline 'SimCSE' is not a cell"),
-        ({"seeds": ()}, "seeds \(none\): needs at least 1 seed"),
+        ({"seeds": ()}, r"seeds \(none\): needs at least 1 seed"),
         ({"seeds": (-1, 0)}, "non-negative"),
         ({"seeds": (1, 1)}, "distinct"),
         ({"cells": (Cell("MCSE", M), Cell("MCSE", M))}, "duplicate cell names"),
