@@ -415,7 +415,12 @@ def _direction_lines(a: TableAnalysis) -> list[str]:
         if c is None:
             rows.append(f"| {cell} | {pd:+.{d}f} | {says} | INCOMPLETE | — | — | — |")
             continue
-        same = "—" if pd == 0 else "yes" if _sign(c.diff) == _sign(pd) else "no"
+        if pd == 0:
+            same = "—"
+        elif round(c.diff, d) == 0:  # +0.003 printed as +0.00 is no direction at all
+            same = "tie"
+        else:
+            same = "yes" if _sign(c.diff) == _sign(pd) else "no"
         sig = f"{'yes' if e.holm_p < a.alpha else 'no'} (Holm p {_p(e.holm_p)})"
         agree = [_sign(te.comparison.diff) == _sign(te.published_diff) for t in tasks
                  if (te := a.entries[(cell, t)]).published_diff and te.comparison is not None]

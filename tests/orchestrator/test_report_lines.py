@@ -84,6 +84,13 @@ def test_demo_shows_the_published_direction_not_the_published_values():
     assert a.entry("up", "avg").published_diff == pytest.approx(1.3)
 
 
+def test_a_difference_that_rounds_to_zero_is_a_tie_not_a_direction():
+    even = {**AVG, "up": [v + 0.001 for v in AVG["base"]]}
+    rows = _section(to_markdown(_analysis(avg=even, directions_only=True)),
+                    "#### Published direction vs this run (Avg)")
+    assert next(x for x in rows if x.startswith("| up |")).startswith("| up | +1.30 | better | +0.00 | tie |")
+
+
 def test_demo_csv_has_directions_but_no_published_values():
     rows = {(r["cell"], r["metric"]): r for r in csv.DictReader(io.StringIO(
         to_csv(_analysis(directions_only=True))))}
