@@ -129,7 +129,7 @@ def test_report_rerenders_from_mlflow_alone(workdir, first_run, tmp_path, capsys
 @pytest.mark.parametrize("argv,msg", [
     (["--grid", "nope"], "unknown grid 'nope'"),
     (["--grid", "table3", "--profile", "/does/not/exist.yaml"], "does not exist"),
-    (["--grid", "table3", "--seeds", "1", "1"], "duplicates"),
+    (["--grid", "table3", "--seeds", "1", "1"], "--seeds 1 1: seeds must be distinct"),
     (["--grid", "table3", "--gpus-per-trial", "4"], "this machine has 0 GPUs"),
     (["--grid", "table3", "--tracking-uri", "http://127.0.0.1:9"], "unreachable"),
 ])
