@@ -57,13 +57,13 @@ def _run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     seeds = list(args.seeds) if args.seeds else list(grid.seeds)
     where = "--seeds" if args.seeds else f"grid {grid.name}: seeds"
-    check_seeds(seeds, where, least=2)
+    seeds_checked = check_seeds(seeds, where, least=2)  # names --seeds before the grid does
     profile_name, prof = profile_overrides(opts.profile)
     if prof.get("data.demo"):
         check_demo_fit(grid, args.cells)
     members = plan_members(grid, lambda ov: build_config(opts.profile, overrides=ov),
                            args.seeds, args.cells)
-    pre = check_campaign(members, opts, (seeds, where))  # everything, before Ray or MLflow
+    pre = check_campaign(members, opts, [seeds_checked])  # everything, before Ray or MLflow
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]

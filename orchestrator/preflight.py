@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.grids import check_seeds
 from orchestrator.options import Options
 from orchestrator.plan import MemberPlan
 from orchestrator.resources import Resources, local_resources
@@ -167,14 +166,13 @@ def _check_member(m: MemberPlan, opened: dict, checked: set, keys: dict, steps: 
 
 
 def check_campaign(members: Sequence[MemberPlan], opts: Options,
-                   seeds: tuple[Sequence[int], str] | None = None) -> DataCheck:
+                   checked: Sequence[str] = ()) -> DataCheck:
     """Everything a table or search needs, before Ray or MLflow: refuses in one line, prints the
-    warnings up front, returns what was checked. ``seeds``: a table's (seeds, where they come from)."""
+    warnings up front, returns what was checked. ``checked``: what the caller has already checked
+    (a table's seeds, before its members could be built), listed first."""
     from orchestrator.tracking import check_tracking_uri, default_tracking_uri
 
-    lines = []
-    if seeds is not None:
-        lines.append(check_seeds(*seeds, least=2))
+    lines = list(checked)
     cells = sorted({m.cell for m in members})
     lines.append(f"run configs: {len(members)} built and valid ({len(cells)} cells or configurations)")
     uri = opts.tracking_uri or default_tracking_uri()
