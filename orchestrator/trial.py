@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ray.train.v2.api.callback import UserCallback
+
 from orchestrator.plan import TrialPlan
 
 _POLL_S = 0.5  # how often the forwarder looks whether the run has ended
@@ -97,15 +99,7 @@ def forward_reports(run: Callable[[list], Any], report: Callable[[dict], None] |
     return outcome.get("result")
 
 
-def _user_callback_base() -> type:
-    try:
-        from ray.train.v2.api.callback import UserCallback
-    except ImportError:  # Train V1: callbacks are duck-typed
-        return object
-    return UserCallback
-
-
-class QueueReports(_user_callback_base()):  # type: ignore[misc]
+class QueueReports(UserCallback):
     """Train callback (it runs in Train's controller): put each report on a Ray queue.
 
     Each item is rank 0's metrics plus ``checkpoint_path`` when the report has a checkpoint,
