@@ -14,7 +14,6 @@ Ray starts: the grid, the profile, every run's config, the data, the resources, 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from orchestrator import cli
@@ -85,6 +84,5 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars for the student's load
+    cli.quiet_env()
     sys.exit(main())

@@ -42,7 +42,6 @@ import argparse
 import itertools
 import json
 import math
-import os
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -656,6 +655,5 @@ def _log_metrics(tracker: Any, parent: str, metrics: Mapping[str, float]) -> Non
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars for the student's load
+    cli.quiet_env()
     sys.exit(main())

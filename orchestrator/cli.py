@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -68,6 +69,13 @@ def options(args: argparse.Namespace) -> Options:
         wait_for_workers=args.wait_for_workers, resume=args.resume, array_size=args.array_size,
         keep_checkpoints=args.keep_checkpoints,
     )
+
+
+def quiet_env() -> None:
+    """For a command's own process, as ``trainables.train`` sets for its workers: no tokenizers
+    fork warning, no progress bar each time a student is loaded."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 BAD_INPUT = (ValueError, FileNotFoundError, ConnectionError, OSError)

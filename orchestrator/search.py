@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -313,6 +312,5 @@ def _finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: di
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars for the student's load
+    cli.quiet_env()
     sys.exit(main())
