@@ -25,8 +25,8 @@ TOP1_LAYERS = (5,)
 # more per step, ~5x per evaluation, and starts at 75 on the demo STS; its first layers alone give a
 # constant [CLS] (cosine 1.0000 between any two sentences: the top layer shapes [CLS]). Keeping a
 # subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). Untrained: 61.9.
-# lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start (59.3) and MCSE's
-# seed std is 2.9; at 3e-4 MCSE leads SimCSE by 5.5 instead of 8.9 (3 seeds each). 60 steps x
+# lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start (57.2); at 3e-4
+# MCSE leads SimCSE by 5.9 instead of 8.7 (3 seeds each, bench/README.md "demo_world.py"). 60 steps x
 # batch 16 (30 caption batches): 0.11 s a member-step on 2 threads (with the fused AdamW kernel;
 # the single-tensor update over the word embeddings had been half the step), so table3's 20 runs
 # take 3 min 44 s end to end on 2 cores (bench/README.md, "table_timing.py").
