@@ -56,10 +56,8 @@ def _runs(d: Path):
     if not _parent_logged(d / "mlflow.db"):
         return None, []
     tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
-    parents = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'search'")
-    if not parents:
-        return None, []
-    return parents[0], tr.children(parents[0].info.run_id)
+    (parent,) = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'search'")
+    return parent, tr.children(parent.info.run_id)
 
 
 @pytest.mark.slow
