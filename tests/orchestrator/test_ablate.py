@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import ablate, report
-from orchestrator.tracking import Tracker
+from orchestrator.tracking.client import Tracker
 from trainables.testing import write_tiny_profile
 
 
