@@ -1,4 +1,4 @@
-"""The student: a BERT/RoBERTa encoder plus the small trainable heads of SimCSE, MCSE, KDMCSE and DALR.
+"""The student: a Hugging Face encoder plus the small trainable heads of SimCSE, MCSE, KDMCSE and DALR.
 
 One ``nn.Module`` holds everything the optimiser trains: ``encoder``, the Hugging Face
 ``AutoModel`` (its pretrained ``pooler`` is kept so the saved folder is a complete model, but it is
@@ -6,8 +6,10 @@ unused, as in the official code, and frozen here; docs/official-code.md §2.1), 
 ``trainables.heads``. Only the modules a method uses are built; DALR's dead modules
 (``grounding_image``, ``sim_classifier``, ``tmlp``) are not, since they never receive a gradient.
 Teachers are separate frozen objects owned by the trainer and are never attributes of this module.
-Training runs on ``trainables.arrays``, which stacks many members' encoders; a member's best
-weights are written through this class.
+Training runs on ``trainables.arrays``, which stacks many members' encoders (BERT, RoBERTa) or
+loops over them (any other bidirectional encoder: DistilBERT, MPNet, ...; docs/encoders.md); a
+member's best weights are written through this class. The sentence embedding is always the first
+token's last hidden state ([CLS], ``<s>``) before the MLP: the official ``cls_before_pooler``.
 
 A saved student is a plain Hugging Face model folder that ``transformers.AutoModel`` and
 ``sentence_transformers.SentenceTransformer`` (CLS pooling, no Normalize) both load offline, plus
@@ -34,7 +36,43 @@ from trainables.objectives import METHODS, StudentOutputs
 
 HEADS_FILE = "heads.safetensors"
 CONFIG_FILE = "student_config.json"
-SUPPORTED_MODEL_TYPES = ("bert", "roberta")
+POSITION_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "mpnet", "data2vec-text",
+                         "roberta-prelayernorm", "xlm-roberta-xl", "longformer", "ibert")
+"""model types whose position ids start after ``pad_token_id`` (fairseq's layout)"""
+DROPOUT_FIELDS = {"distilbert": ("dropout", "attention_dropout")}
+"""config names of (hidden, attention) dropout where they are not BERT's"""
+BERT_DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def check_encoder_only(hf_config, name: str) -> None:
+    """One-line ``ValueError`` unless ``hf_config`` is a bidirectional text encoder, whose first
+    token's last hidden state can serve as the sentence embedding ([CLS] pooling)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    t = hf_config.model_type
+    fix = "pass a bidirectional encoder such as BERT, RoBERTa, DistilBERT or MPNet"
+    if getattr(hf_config, "is_encoder_decoder", False):
+        raise ValueError(f"encoder '{name}' is an encoder-decoder model ({t}); {fix}")
+    if getattr(hf_config, "is_decoder", False) or getattr(hf_config, "add_cross_attention", False):
+        raise ValueError(f"encoder '{name}' ({t}) is configured as a decoder (is_decoder or "
+                         f"add_cross_attention); set both to False or {fix}")
+    if t not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ValueError(f"encoder '{name}' has model_type '{t}', which is not a bidirectional text "
+                         f"encoder (transformers has no masked-LM model for it); {fix}")
+
+
+def max_positions(hf_config, tokenizer=None) -> int:
+    """Longest input the encoder accepts (fairseq-style positions start after padding_idx)."""
+    n = hf_config.max_position_embeddings
+    if hf_config.model_type in POSITION_OFFSET_TYPES:
+        n -= hf_config.pad_token_id + 1
+    return min(n, tokenizer.model_max_length) if tokenizer is not None else n
+
+
+def dropout_overrides(model_type: str, hidden: float | None, attention: float | None) -> dict:
+    """``AutoConfig`` keyword overrides for the encoder's hidden / attention dropout rates."""
+    h, a = DROPOUT_FIELDS.get(model_type, BERT_DROPOUT_FIELDS)
+    return {k: v for k, v in ((h, hidden), (a, attention)) if v is not None}
 
 
 @dataclass(frozen=True)
@@ -129,17 +167,10 @@ class Student(MethodHeads):
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         source = _loadable_source(config.encoder)
-        overrides = {}
-        if config.hidden_dropout is not None:
-            overrides["hidden_dropout_prob"] = config.hidden_dropout
-        if config.attention_dropout is not None:
-            overrides["attention_probs_dropout_prob"] = config.attention_dropout
-        hf_config = AutoConfig.from_pretrained(source, **overrides)
-        if hf_config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"encoder '{config.encoder}' has model_type '{hf_config.model_type}'; the student "
-                f"supports {SUPPORTED_MODEL_TYPES}: pass a BERT or RoBERTa folder"
-            )
+        model_type = AutoConfig.from_pretrained(source).model_type
+        hf_config = AutoConfig.from_pretrained(source, **dropout_overrides(
+            model_type, config.hidden_dropout, config.attention_dropout))
+        check_encoder_only(hf_config, config.encoder)
         h = hf_config.hidden_size
         super().__init__(config.method, h, config.proj_dim, config.image_dim, config.text_head_dim)
         self.config = config
@@ -159,23 +190,18 @@ class Student(MethodHeads):
 
     # ----------------------------------------------------------------------------- properties
     @property
-    def is_roberta(self) -> bool:
-        return self.encoder.config.model_type == "roberta"
-
-    @property
     def device(self) -> torch.device:
         return self.mlp[0].weight.device
 
     @property
     def max_positions(self) -> int:
         """Longest input the encoder accepts (RoBERTa positions start after padding_idx)."""
-        cfg = self.encoder.config
-        n = cfg.max_position_embeddings - (cfg.pad_token_id + 1 if self.is_roberta else 0)
-        return min(n, self.tokenizer.model_max_length)
+        return max_positions(self.encoder.config, self.tokenizer)
 
     # ----------------------------------------------------------------------------- training
     def _cls(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        # token_type_ids are never passed, as in the official forward (§0.1).
+        # token_type_ids are never passed, as in the official forward (§0.1); the first token's
+        # state is the embedding for every architecture (DistilBERT has no pooler to use instead).
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         return out.last_hidden_state[:, 0]
 

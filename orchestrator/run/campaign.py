@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +116,19 @@ class Session:
             self.array_keys.update(check_data(new).array_keys)
         # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
         # Train checkpoint) whenever none of its members finished.
-        arrays = [t for t in (
+        arrays = noted([t for t in (
             p.without(done) for p in pack(members, self.array_keys, self.campaign.name,
                                           self.storage, opts.cpus_per_trial,
                                           self.resources.gpus_per_trial, opts.max_failures,
                                           opts.array_size, self.slots, opts.keep_checkpoints,
-                                          halving)) if t is not None]
+                                          halving)) if t is not None])
         sizes = sorted({len(t.members) for t in arrays})
         print(f"{len(todo)} runs in {len(arrays)} array{'s' * (len(arrays) != 1)} of "
               f"{'-'.join(map(str, sizes))} member{'s' * (sizes[-1] != 1)}, up to "
               f"{min(self.slots, len(arrays))} at once", flush=True)
+        for t in arrays:
+            if t.note:
+                print(f"  {t.label}: {t.note}", flush=True)
         mirror = MlflowMirror(arrays, self.journal, self.parent,
                               self.tracker.unfinished_runs(self.parent))
 
@@ -227,7 +230,19 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     slots = res.concurrency(local_resources()) if not opts.address else (opts.max_concurrent or 1)
     arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
                   opts.max_failures, opts.array_size, slots)
-    return arrays, slots
+    return noted(arrays), slots
+
+
+def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:
+    """Each array with the note of an encoder that trains through the looped fallback (read
+    from its config; the pre-start check has already found every encoder)."""
+    from trainables.arrays.looped import backend_note
+
+    out = []
+    for t in arrays:
+        run = t.members[0].run
+        out.append(replace(t, note=backend_note(run.encoder, run.data.cache_dir) or ""))
+    return out
 
 
 def describe(arrays: Sequence[ArrayPlan]) -> str:
@@ -236,6 +251,8 @@ def describe(arrays: Sequence[ArrayPlan]) -> str:
     for t in arrays:
         res = f"{t.cpus:g} CPU" + (f" + {t.gpus:g} GPU" if t.gpus else "")
         lines.append(f"{t.label}  [{res} per worker, {t.members[0].run.num_workers} worker(s)]")
+        if t.note:
+            lines.append(f"  {t.note}")
         for m in t.members:
             lines.append(f"  {m.key:<36s} {m.run.objective.method:<7s} {m.config_hash}")
     return "\n".join(lines)

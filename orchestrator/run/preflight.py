@@ -1,12 +1,12 @@
 """What is checked before Ray starts and before any MLflow run (or ``mlflow.db``) exists.
 
 ``check_campaign`` is the one pre-start validation of a table or a search, and the list of what
-``--dry-run`` prints as checked: the seeds, every member's config (encoder and teachers found),
-the tracking URI, the storage folder, the resources against this machine (without
-``--address``), and the data every member trains on, opened once per distinct source: store
-values (NaN/inf, empty captions, page checksums), feature dimensions against the objective, the
-threshold filter on a sample of negatives, and every SentEval file the evaluation reads. Each
-refusal is one line naming the file or option, the problem and the fix.
+``--dry-run`` prints as checked: the seeds, every member's config (encoder and teachers found,
+the encoder stacked or looped), the tracking URI, the storage folder, the resources against this
+machine (without ``--address``), and the data every member trains on, opened once per distinct
+source: store values (NaN/inf, empty captions, page checksums), feature dimensions against the
+objective, the threshold filter on a sample of negatives, and every SentEval file the evaluation
+reads. Each refusal is one line naming the file or option, the problem and the fix.
 """
 
 from __future__ import annotations
@@ -86,6 +86,36 @@ def check_models(members: Sequence[RunPlan]) -> str:
         except (OSError, ValueError) as e:
             raise ValueError(f"{what} {e}") from None
     return f"models: {len(names)} encoder/teacher folder(s) found"
+
+
+def check_encoders(members: Sequence[RunPlan]) -> list[str]:
+    """Every student encoder is a bidirectional text encoder; which arrays stack and which loop.
+
+    One line per distinct encoder: stacked (BERT, RoBERTa), or the looped fallback's note (any
+    other encoder, ``trainables.arrays.looped``). Its members never share an array with stacked
+    ones: the array key holds the encoder (``trainables.arrays.members.array_key``).
+    """
+    from transformers import AutoConfig
+
+    from trainables.arrays.looped import backend_note
+    from trainables.model import check_encoder_only
+    from trainables.profiles import resolve_encoder
+
+    lines, seen = [], set()
+    for m in members:
+        name = m.run.encoder
+        if name in seen:
+            continue
+        seen.add(name)
+        cfg = AutoConfig.from_pretrained(resolve_encoder(name, m.run.data.cache_dir))
+        try:
+            check_encoder_only(cfg, name)
+        except ValueError as e:
+            raise ValueError(f"cell {m.cell!r}: {e}") from None
+        note = backend_note(name, m.run.data.cache_dir)
+        lines.append(f"encoder {name}: {note}" if note else
+                     f"encoder {name}: {cfg.model_type}, trained as stacked arrays")
+    return lines
 
 
 def check_resources(opts: Options) -> str:
@@ -181,6 +211,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     lines.append(check_storage(opts.storage))
     lines.append(check_resources(opts))
     lines.append(check_models(members))
+    lines.extend(check_encoders(members))
     data = check_data(members)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)

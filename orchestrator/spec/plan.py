@@ -62,6 +62,9 @@ class ArrayPlan:
     keep_checkpoints: bool = False
     halving: tuple[tuple[int, ...], float] | None = None
     """search only: (rung steps, eta) of the successive halving of member groups in the array"""
+    note: str = ""
+    """why the array trains slower than a stacked one ('' when its encoder stacks): the looped
+    fallback's line (``trainables.arrays.looped``), set by ``orchestrator.run.campaign.noted``"""
 
     @property
     def name(self) -> str:

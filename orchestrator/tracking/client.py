@@ -173,6 +173,10 @@ class Tracker:
             tags[f"{TAG}array"] = trial["array"]
         if trial.get("group"):
             tags[f"{TAG}group"] = trial["group"]
+        if trial.get("backend"):  # stacked, or looped (an encoder StackedEncoder cannot express)
+            tags[f"{TAG}backend"] = trial["backend"]
+        if trial.get("backend_note"):  # why a looped member trained slower
+            tags[f"{TAG}backend_note"] = trial["backend_note"][:5000]
         if trial.get("objective"):  # the method's effective settings, as the loss used them
             tags[f"{TAG}objective"] = json.dumps(trial["objective"], sort_keys=True)[:7900]
         run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags=tags)

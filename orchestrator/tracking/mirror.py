@@ -28,7 +28,8 @@ def member_record(m: RunPlan, trial: ArrayPlan) -> dict[str, Any]:
     return {"key": m.key, "cell": m.cell, "seed": m.seed, "run": m.run.to_dict(),
             "config_hash": m.config_hash, "run_name": m.run_name, "grid": trial.campaign,
             "array": trial.name, "group": m.group,
-            "objective": m.run.objective.get_config_dict()}
+            "objective": m.run.objective.get_config_dict(),
+            "backend": "looped" if trial.note else "stacked", "backend_note": trial.note}
 
 
 class MlflowMirror(Callback):

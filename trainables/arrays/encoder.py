@@ -119,6 +119,17 @@ class StackedEncoder(nn.Module):
         return self._parameters[_name(key)]
 
     # ----------------------------------------------------------------------------- members
+    note: str | None = None
+    """why this array trains slower than a stacked one (None here; see ``looped.py``)"""
+
+    def stacked_parameters(self) -> list[nn.Parameter]:
+        """Parameters with a leading member axis: all of them."""
+        return list(self.parameters())
+
+    def member_parameters(self, i: int) -> list[nn.Parameter]:
+        """Parameters that belong to member i alone: none, every parameter is stacked."""
+        return []
+
     def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Member i as an HF state dict (no pooler): detached clones of shape hf_shape."""
         return {key: self._p(key)[i].detach().clone() for key in self._shapes}

@@ -1,7 +1,8 @@
 """What a Hugging Face BERT/RoBERTa checkpoint must look like for the stacked encoder.
 
 ``check_config`` refuses what the hand-written forward does not reproduce, each with one line
-naming the setting and the fix; ``expected_shapes`` lists the ``BertModel``/``RobertaModel``
+naming the setting and the fix (``stacked_unsupported`` says which architectures those are: the
+trainer loops over Hugging Face models for them instead); ``expected_shapes`` lists the ``BertModel``/``RobertaModel``
 state-dict keys the forward reads (the pooler is never read: the official code never uses it).
 """
 
@@ -30,22 +31,32 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def check_config(cfg) -> None:
-    """One-line ``ValueError`` for any setting the stacked forward does not implement."""
+def stacked_unsupported(cfg) -> str | None:
+    """Why the stacked forward cannot express this architecture (None: it can). What it names is
+    not an error: such an encoder trains through the looped fallback (``looped.py``)."""
     if cfg.model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model_type={cfg.model_type!r} is not supported by StackedEncoder; "
-                         f"pass a checkpoint of one of {SUPPORTED_MODEL_TYPES}")
+        return (f"model_type={cfg.model_type!r} is not supported by StackedEncoder, which "
+                f"implements {' and '.join(SUPPORTED_MODEL_TYPES)}")
     pos = getattr(cfg, "position_embedding_type", "absolute")
     if pos != "absolute":
-        raise ValueError(f"position_embedding_type={pos!r} is not supported by StackedEncoder; "
-                         "use a checkpoint with absolute position embeddings")
+        return (f"position_embedding_type={pos!r} is not supported by StackedEncoder, which "
+                "implements absolute position embeddings")
+    act = cfg.hidden_act
+    if not isinstance(act, str) or act not in ACTIVATIONS:
+        return (f"hidden_act={act!r} is not supported by StackedEncoder, which implements "
+                f"{', '.join(ACTIVATIONS)}")
+    return None
+
+
+def check_config(cfg) -> None:
+    """One-line ``ValueError`` for any setting the stacked forward does not implement."""
+    why = stacked_unsupported(cfg)
+    if why is not None:
+        raise ValueError(f"{why}; pass such a checkpoint, or train it through "
+                         "trainables.arrays.looped.LoopedEncoder")
     if getattr(cfg, "is_decoder", False) or getattr(cfg, "add_cross_attention", False):
         raise ValueError("is_decoder/add_cross_attention=True is not supported by StackedEncoder; "
                          "set both to False (sentence encoders are bidirectional)")
-    act = cfg.hidden_act
-    if not isinstance(act, str) or act not in ACTIVATIONS:
-        raise ValueError(f"hidden_act={act!r} is not supported by StackedEncoder; use one of "
-                         f"{tuple(ACTIVATIONS)}")
     if cfg.hidden_size % cfg.num_attention_heads:
         raise ValueError(f"hidden_size={cfg.hidden_size} is not a multiple of num_attention_heads="
                          f"{cfg.num_attention_heads}; fix the config")

@@ -2,7 +2,9 @@
 
 The encoder and the SimCSE MLP have the same shape in every member, so they are stacked along a
 leading member axis and run as batched matmuls; a method's heads differ between members (MCSE,
-KDMCSE and DALR may share an array), are small, and stay per member.
+KDMCSE and DALR may share an array), are small, and stay per member. An encoder the stacked one
+cannot express is a ``LoopedEncoder`` (``looped.py``): its parameters are per member too, and
+the MLP stays stacked.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import torch
 from torch import nn
 
 from trainables.arrays.encoder import StackedEncoder
+from trainables.arrays.looped import LoopedEncoder
 from trainables.heads import MethodHeads
 
 
 class ArrayModel(nn.Module):
-    def __init__(self, encoder: StackedEncoder, mlps: Sequence[nn.Sequential],
+    def __init__(self, encoder: StackedEncoder | LoopedEncoder, mlps: Sequence[nn.Sequential],
                  heads: Sequence[MethodHeads]):
         super().__init__()
         if not encoder.n_members == len(mlps) == len(heads):
@@ -32,7 +35,13 @@ class ArrayModel(nn.Module):
         return self.encoder.n_members
 
     def stacked_parameters(self) -> list[nn.Parameter]:
-        return [*self.encoder.parameters(), self.mlp_weight, self.mlp_bias]
+        """Parameters with a leading member axis."""
+        return [*self.encoder.stacked_parameters(), self.mlp_weight, self.mlp_bias]
+
+    def own_parameters(self) -> list[list[nn.Parameter]]:
+        """Per member, the trainable parameters only it has: a looped encoder's, its heads'."""
+        return [[*self.encoder.member_parameters(i), *(p for p in h.parameters() if p.requires_grad)]
+                for i, h in enumerate(self.heads)]
 
     def cls(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             generators: Sequence[torch.Generator] | None = None) -> torch.Tensor:

@@ -6,7 +6,9 @@ clipping and linear LR decay, STS-B dev Spearman every ``eval_every`` steps and 
 step, the best weights kept when *strictly* better (best starts at 0), and the final seven-task
 evaluation of those best weights. Shared, and done once: the encoder's forward and backward (one
 batched pass over every member's batch), a DALR text teacher's forward over all the members that
-use it, the tokenised dev and test sentences.
+use it, the tokenised dev and test sentences. An encoder the stacked one cannot express
+(DistilBERT, MPNet, ...) runs through ``looped.py``: one Hugging Face model per member, the rest
+of the loop unchanged, and one printed line saying why it is slower.
 
 Member independence is the contract: a member's losses, dev curve and scores depend only on its
 own config and seed, never on which members share its array or where it sits (tested in
@@ -27,7 +29,7 @@ from typing import Any
 
 import torch
 
-from trainables.arrays.encoder import StackedEncoder
+from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     MemberRecord,
     check_shared,
@@ -45,7 +47,7 @@ from trainables.evaluation import DevEvaluator, evaluate_sts_many
 from trainables.faults import maybe_inject
 from trainables.heads import MethodHeads, simcse_mlp
 from trainables.mlflow_model import DATA, write_mlflow_model
-from trainables.model import Student, StudentConfig
+from trainables.model import Student, StudentConfig, max_positions
 from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective, masked_fraction
 from trainables.profiles import resolve_encoder
 from trainables.schedule import BatchSchedule
@@ -111,7 +113,11 @@ class ArrayTrainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
         self.tokenize = Tokenize(self.tokenizer, max_length=self.cfg.max_length)
-        encoder = StackedEncoder.from_pretrained(source, len(self.members))
+        encoder = build_encoder(source, len(self.members))
+        self.note = encoder.note
+        """why this array trains slower than a stacked one, or None (printed once, here)"""
+        if self.note and rank == 0:
+            print(self.note, flush=True)
         self.student_configs = [self._student_config(m, source) for m in self.members]
         mlps, heads = [], []
         for m, sc in zip(self.members, self.student_configs, strict=True):
@@ -125,7 +131,7 @@ class ArrayTrainer:
         self._build_teachers()
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
-            [[p for p in h.parameters() if p.requires_grad] for h in self.model.heads],
+            self.model.own_parameters(),
             [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip)
              for m in self.members],
             self.total_steps,
@@ -346,10 +352,7 @@ class ArrayTrainer:
 
     @property
     def max_positions(self) -> int:
-        cfg = self.model.encoder.hf_config
-        roberta = cfg.model_type == "roberta"
-        n = cfg.max_position_embeddings - (cfg.pad_token_id + 1 if roberta else 0)
-        return min(n, self.tokenizer.model_max_length)
+        return max_positions(self.model.encoder.hf_config, self.tokenizer)
 
     @torch.no_grad()
     def encode_many(self, sentences: list[str]) -> torch.Tensor:

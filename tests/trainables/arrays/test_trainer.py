@@ -213,13 +213,13 @@ def test_every_member_failing_ends_the_array_with_its_reasons(tiny_bert, cache, 
 
 
 def test_feature_size_that_cma_cannot_use_is_refused_before_any_model(tiny_bert, cache, monkeypatch):
-    from trainables.arrays import trainer as trainer_mod
+    from trainables.arrays.encoder import StackedEncoder
 
     wide = cfg(tiny_bert, cache, "dalr", **{"data.demo_dim": 48})
     mcse = cfg(tiny_bert, cache, "mcse", seed=1)
     built = []
-    real = trainer_mod.StackedEncoder.from_pretrained
-    monkeypatch.setattr(trainer_mod.StackedEncoder, "from_pretrained",
+    real = StackedEncoder.from_pretrained
+    monkeypatch.setattr(StackedEncoder, "from_pretrained",
                         lambda *a, **k: built.append(1) or real(*a, **k))
     for members in ([("d", wide)], [("m", mcse), ("d", wide)]):  # alone, or behind a good member
         with pytest.raises(ValueError, match=r"'image' features are 48-d but DALR's CMA .* student's "
