@@ -33,6 +33,20 @@ def tiny_roberta(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_distilbert(tmp_path_factory) -> Path:
+    from trainables.testing import make_tiny_distilbert
+
+    return make_tiny_distilbert(tmp_path_factory.mktemp("tiny-distilbert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_mpnet(tmp_path_factory) -> Path:
+    from trainables.testing import make_tiny_mpnet
+
+    return make_tiny_mpnet(tmp_path_factory.mktemp("tiny-mpnet"))
+
+
+@pytest.fixture(scope="session")
 def tiny_clip(tmp_path_factory) -> Path:
     from trainables.testing import make_tiny_clip
 
