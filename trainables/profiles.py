@@ -250,15 +250,70 @@ def derive_distilbert(source: str | os.PathLike, out: str | os.PathLike) -> Path
     """``source`` (a BERT folder) rewritten as a DistilBERT computing the same function, built once.
 
     DistilBERT is BERT without token types, with other parameter names (Sanh et al. 2019, "Student
-    architecture"):
-    the token-type row 0 that BERT adds to every position (token_type_ids are never passed) is
-    folded into the position table, and every layer's weights are renamed. Only the dropout sites
-    differ (DistilBERT has none after the attention output).
+    architecture"): the token-type row 0 that BERT adds to every position (token_type_ids are
+    never passed) is folded into the position table, and every layer's weights are renamed. Only
+    the dropout sites differ (DistilBERT has none after the attention output).
     """
-    from trainables.testing import bert_as_distilbert
-
     want = {"source": Path(source).name, "as": "distilbert", "version": 1}
-    return _derive_once(Path(out), want, lambda tmp: bert_as_distilbert(source, tmp))
+    return _derive_once(Path(out), want, lambda tmp: write_bert_as_distilbert(source, tmp))
+
+
+DISTILBERT_NAMES = {
+    "attention.self.query": "attention.q_lin", "attention.self.key": "attention.k_lin",
+    "attention.self.value": "attention.v_lin", "attention.output.dense": "attention.out_lin",
+    "attention.output.LayerNorm": "sa_layer_norm", "intermediate.dense": "ffn.lin1",
+    "output.dense": "ffn.lin2", "output.LayerNorm": "output_layer_norm",
+}
+"""BERT layer module -> its DistilBERT name (``transformer.layer.i.`` instead of ``encoder.layer.i.``)"""
+
+
+def bert_state_as_distilbert(bert: dict, num_layers: int) -> dict:
+    """A ``BertModel`` state dict as the ``DistilBertModel`` state dict of the same function."""
+    state = {
+        "embeddings.word_embeddings.weight": bert["embeddings.word_embeddings.weight"],
+        # BERT adds token type 0 to every position (none is ever passed): fold it in.
+        "embeddings.position_embeddings.weight": bert["embeddings.position_embeddings.weight"]
+        + bert["embeddings.token_type_embeddings.weight"][0],
+        "embeddings.LayerNorm.weight": bert["embeddings.LayerNorm.weight"],
+        "embeddings.LayerNorm.bias": bert["embeddings.LayerNorm.bias"],
+    }
+    for i in range(num_layers):
+        for old, new in DISTILBERT_NAMES.items():
+            for kind in ("weight", "bias"):
+                state[f"transformer.layer.{i}.{new}.{kind}"] = bert[f"encoder.layer.{i}.{old}.{kind}"]
+    return state
+
+
+def write_bert_as_distilbert(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write ``source`` (a BERT folder) as a DistilBERT folder computing the same function
+    (``derive_distilbert`` says how; dropout sites aside)."""
+    import torch
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        DistilBertConfig,
+        DistilBertModel,
+        DistilBertTokenizerFast,
+    )
+
+    cfg = AutoConfig.from_pretrained(source)
+    if cfg.model_type != "bert" or getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: a BERT with absolute positions is needed, got {cfg.model_type}")
+    if cfg.layer_norm_eps != 1e-12:  # DistilBERT's LayerNorm eps is fixed
+        raise ValueError(f"{source}: layer_norm_eps={cfg.layer_norm_eps}; DistilBERT fixes it at 1e-12")
+    bert = AutoModel.from_pretrained(source, dtype=torch.float32).state_dict()
+    dcfg = DistilBertConfig(
+        vocab_size=cfg.vocab_size, max_position_embeddings=cfg.max_position_embeddings,
+        n_layers=cfg.num_hidden_layers, n_heads=cfg.num_attention_heads, dim=cfg.hidden_size,
+        hidden_dim=cfg.intermediate_size, dropout=cfg.hidden_dropout_prob,
+        attention_dropout=cfg.attention_probs_dropout_prob, activation=cfg.hidden_act,
+        initializer_range=cfg.initializer_range, pad_token_id=cfg.pad_token_id or 0)
+    model = DistilBertModel(dcfg)
+    model.load_state_dict(bert_state_as_distilbert(bert, cfg.num_hidden_layers))
+    out = Path(out)
+    model.save_pretrained(out)
+    DistilBertTokenizerFast.from_pretrained(source).save_pretrained(out)
+    return out
 
 
 # DALR text teachers (DALR paper, Table 9) under $MMEMB_DATA/teachers/, named as the paper

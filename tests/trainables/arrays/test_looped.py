@@ -36,9 +36,9 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bert_as_distil(tiny_bert, tmp_path_factory):
-    from trainables.testing import bert_as_distilbert
+    from trainables.profiles import write_bert_as_distilbert
 
-    return bert_as_distilbert(tiny_bert, tmp_path_factory.mktemp("bert-as-distilbert"))
+    return write_bert_as_distilbert(tiny_bert, tmp_path_factory.mktemp("bert-as-distilbert"))
 
 
 def padded(vocab: int, pad: int, lengths: list[int], length: int, seed: int):
@@ -117,7 +117,7 @@ def test_looped_distilbert_computes_what_the_stacked_bert_computes(tiny_bert, be
     embedding are those of the stacked encoder."""
     from transformers import AutoConfig, AutoModel
 
-    from trainables.testing import bert_state_as_distilbert
+    from trainables.profiles import bert_state_as_distilbert
 
     bert = AutoModel.from_pretrained(tiny_bert, dtype=torch.float32).state_dict()
     g = torch.Generator().manual_seed(0)
