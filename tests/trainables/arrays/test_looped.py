@@ -295,3 +295,25 @@ def test_fallback_student_trains_evaluates_checkpoints_resumes_and_exports(
     sents = ["a dog runs on the beach .", "two cats"]
     torch.testing.assert_close(torch.as_tensor(st.encode(sents)), student.encode(sents),
                                rtol=0, atol=1e-5)
+
+
+def test_the_demo_student_written_as_distilbert_computes_the_same_embeddings(minilm, tmp_path):
+    """``minilm-l6-top1-distilbert`` (the looped demo) is the demo student as a DistilBERT:
+    the same tokens and, without dropout, the same [CLS] embeddings."""
+    from transformers import AutoTokenizer
+
+    from trainables.profiles import MINILM_TOP1, MINILM_TOP1_DISTILBERT, resolve_encoder
+
+    bert, distil = (resolve_encoder(n, tmp_path) for n in (MINILM_TOP1, MINILM_TOP1_DISTILBERT))
+    sents = ["a man rides a horse on the beach .", "two dogs play in the snow", "hello"]
+    tb, td = AutoTokenizer.from_pretrained(bert), AutoTokenizer.from_pretrained(distil)
+    eb, ed = tb(sents, padding=True, return_tensors="pt"), td(sents, padding=True, return_tensors="pt")
+    assert torch.equal(eb["input_ids"], ed["input_ids"]) and "token_type_ids" not in ed
+    stacked = StackedEncoder.from_pretrained(bert, 1)
+    looped = LoopedEncoder.from_pretrained(distil, 1)
+    assert looped.hf_config.model_type == "distilbert"
+    with torch.no_grad():
+        ref = stacked(eb["input_ids"], eb["attention_mask"])[:, :, 0]
+        out = looped(ed["input_ids"], ed["attention_mask"])[:, :, 0]
+    torch.testing.assert_close(out, ref, rtol=0, atol=TOL)
+    assert resolve_encoder(MINILM_TOP1_DISTILBERT, tmp_path) == distil  # built once, then reused
