@@ -2,7 +2,8 @@
 
 Each member keeps what its own run would have: its own learning rate, weight decay and clip
 norm, and Adam moments over its own parameters only. Stacked parameters carry the members on
-their leading axis; a member's own head parameters are plain tensors in its slot. Nothing mixes
+their leading axis; a member's own parameters (its heads, a looped encoder) are plain tensors in
+its slot. Nothing mixes
 members: the clip norm of member i is the norm of member i's gradients alone (as
 ``torch.nn.utils.clip_grad_norm_`` over one run's parameters), so a NaN in one member can never
 reach another.
@@ -36,7 +37,8 @@ class ArrayAdamW:
     """Optimiser state of an array: moments per parameter, one step counter, per-member hyperparameters.
 
     ``stacked``: parameters of shape (M, ...) shared in layout by every member.
-    ``own``: one list of parameters per member (its method's heads), possibly empty.
+    ``own``: one list of parameters per member (its method's heads; a looped encoder's
+    parameters, ``looped.py``), possibly empty.
     """
 
     def __init__(self, stacked: Sequence[torch.nn.Parameter], own: Sequence[Sequence[torch.nn.Parameter]],
