@@ -46,28 +46,38 @@ def header(argv: list[str]) -> str:
         f"# command       python bench/looped_step.py {shlex.join(argv)}",
         f"# git           {git}",
         f"# torch         {torch.__version__}, transformers {transformers.__version__}",
-        f"# device        {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        f"# device        {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
         f"# torch_threads {torch.get_num_threads()}",
         f"# loadavg_1m    {os.getloadavg()[0]:.2f}",
     ])
 
 
-def build(backend: str, m: int, cache: str):
+def build(backend: str, m: int, cache: str, device: str):
     from trainables.arrays.trainer import ArrayTrainer
     from trainables.profiles import build_config
 
     members = [(f"s{i}", build_config("demo", "kdmcse", {"encoder": ENCODERS[backend], "seed": i,
                                                          "data.cache_dir": cache}))
                for i in range(m)]
-    t = ArrayTrainer(members)
+    t = ArrayTrainer(members, device=device)
     t.model.train()
     return t
 
 
+def _sync(t) -> None:
+    import torch
+
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
 def time_steps(t, steps: int) -> float:
+    _sync(t)
     t0 = time.perf_counter()
     for _ in range(steps):
         t.train_step()
+    _sync(t)
     return (time.perf_counter() - t0) / steps
 
 
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=4, help="steps per timed window")
     p.add_argument("--windows", type=int, default=3, help="timed windows per backend, alternating")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast there, as training)")
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "mmemb-bench-cache"))
     args = p.parse_args(argv)
     if (args.warmup + args.steps * args.windows) > 60:
@@ -89,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header(argv), flush=True)
     rows = []
     for m in args.members:
-        trainers = {b: build(b, m, args.cache_dir) for b in ENCODERS}
+        trainers = {b: build(b, m, args.cache_dir, args.device) for b in ENCODERS}
         for t in trainers.values():
             time_steps(t, args.warmup)
         times: dict[str, list[float]] = {b: [] for b in trainers}
@@ -99,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         for b, t in trainers.items():
             evals = []
             for _ in range(2):
+                _sync(t)
                 t0 = time.perf_counter()
                 t.evaluate_dev()
+                _sync(t)
                 evals.append(time.perf_counter() - t0)
             rows.append((b, m, statistics.median(times[b]), min(evals)))
             print(f"  measured {b} M={m}: {statistics.median(times[b]) * 1e3:.0f} ms/step", flush=True)
