@@ -1,9 +1,10 @@
 """What a Hugging Face BERT/RoBERTa checkpoint must look like for the stacked encoder.
 
 ``check_config`` refuses what the hand-written forward does not reproduce, each with one line
-naming the setting and the fix (``stacked_unsupported`` says which architectures those are: the
-trainer loops over Hugging Face models for them instead); ``expected_shapes`` lists the ``BertModel``/``RobertaModel``
-state-dict keys the forward reads (the pooler is never read: the official code never uses it).
+naming the setting and the fix; ``stacked_unsupported`` names the architectures among those
+(the trainer loops over Hugging Face models for them instead, ``looped.py``).
+``expected_shapes`` lists the ``BertModel``/``RobertaModel`` state-dict keys the forward reads
+(the pooler is never read: the official code never uses it).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def check_config(cfg) -> None:
     """One-line ``ValueError`` for any setting the stacked forward does not implement."""
     why = stacked_unsupported(cfg)
     if why is not None:
-        raise ValueError(f"{why}; pass such a checkpoint, or train it through "
-                         "trainables.arrays.looped.LoopedEncoder")
+        raise ValueError(f"{why}; pass such a checkpoint, or use trainables.arrays.looped."
+                         "build_encoder, which trains any other encoder as a LoopedEncoder")
     if getattr(cfg, "is_decoder", False) or getattr(cfg, "add_cross_attention", False):
         raise ValueError("is_decoder/add_cross_attention=True is not supported by StackedEncoder; "
                          "set both to False (sentence encoders are bidirectional)")
