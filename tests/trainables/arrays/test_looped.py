@@ -4,9 +4,9 @@ one Hugging Face model per member, with the same contract as stacked members.
 Encoder level: the choice follows the config; non-encoders are refused in one line; a DistilBERT
 rewritten from BERT computes through the loop what the stacked BERT computes; a member's dropout
 comes from its own generator and its own rows only. Trainer level: a fallback member alone equals
-the same member in a looped array of four and in a mixed-method array (CPU, fp32, within 1e-5);
-a DistilBERT and an MPNet student train, evaluate, checkpoint, resume exactly and export a model
-that sentence-transformers loads.
+the same member in a looped array of four and in a mixed-method array (CPU, fp32, within 1e-5)
+and beside a member that leaves with a NaN loss; a DistilBERT and an MPNet student train,
+evaluate, checkpoint, resume exactly and export a model that sentence-transformers loads.
 """
 
 from __future__ import annotations
@@ -238,6 +238,19 @@ def test_fallback_member_alone_equals_it_in_a_looped_array_of_four_and_in_a_mixe
     assert_same_member(alone[1], alone[2], mixed[1], mixed[2], "me")
     devs = {e["key"]: e["stsb_dev"] for e in four[1].metrics[-1]["members"]}
     assert len(set(devs.values())) == len(devs)  # not a vacuous equality
+
+
+def test_a_looped_member_with_a_nan_loss_leaves_and_the_other_goes_on(
+        tiny_distilbert, cache, tmp_path, monkeypatch):
+    good = cfg(tiny_distilbert, cache, "mcse", seed=0, max_steps=4, eval_every=2)
+    bad = cfg(tiny_distilbert, cache, "kdmcse", seed=1, max_steps=4, eval_every=2)
+    _, alone, alone_final = run([("good", good)], tmp_path / "alone")
+    monkeypatch.setenv("MMEMB_FAULT_INJECT", f"nan:2:{bad.config_hash()}")
+    t, reports, final = run([("bad", bad), ("good", good)], tmp_path / "array")
+    failed = [e for r in reports.metrics for e in r["members"] if e.get("failed")]
+    assert [e["key"] for e in failed] == ["bad"] and set(final) == {"good"}
+    assert t.model.encoder.n_members == 1 and t.optimizer.n_members == 1
+    assert_same_member(alone, alone_final, reports, final, "good")
 
 
 @pytest.mark.parametrize("encoder", ["tiny_distilbert", "tiny_mpnet"])
