@@ -47,8 +47,6 @@ import pytest
 
 from tests.cluster.lab import Lab, Machine, missing_tools
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "cluster.local.yaml"
 DOC = ROOT / "docs" / "cluster.md"
@@ -183,6 +181,7 @@ def test_the_docs_run_these_commands():
         assert cmd in text, f"docs/cluster.md no longer says: {cmd}"
 
 
+@pytest.mark.slow
 def test_ray_up_table_ray_down(lab):
     home = os.path.expanduser("~")
     home_before = {n: os.path.exists(os.path.join(home, n)) for n in (
