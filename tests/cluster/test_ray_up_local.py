@@ -26,7 +26,10 @@ Needs Linux, root (namespaces, sshd), and sshd and rsync, which the test does no
     apt-get install -y openssh-server rsync
     python -m pytest -m slow tests/cluster/test_ray_up_local.py -s    # -s prints the timings
 
-The nodes install the project from PyPI (pip goes out through a proxy the test serves).
+The nodes install the project from PyPI (pip goes out through a proxy the test serves). On a host
+short of memory (Ray's memory monitor sees the whole host), Ray may kill an array; the test then
+continues the table with `--resume`, as docs/cluster.md says to, at most twice, and fails on any
+other error.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ STATUS = "ray exec cluster.local.yaml 'ray status'"
 TABLE = ("ray exec cluster.local.yaml 'cd ~/mmemb && python -m orchestrator.ablate --grid table3 "
          "--seeds 0 1 --address auto --tracking-uri http://localhost:5000 --storage /mnt/shared/runs'")
 DOWN = "RAY_UP_enable_autoscaler_v2=0 ray down -y cluster.local.yaml"
+RESUME = TABLE[:-1] + " --resume'"  # "the same command again with --resume added"
 
 # Anything of the cluster's, by process name or command line.
 CLUSTER_PROCESSES = ("raylet", "gcs_server", "ray::", "default_worker", "dashboard", "log_monitor",
@@ -179,6 +183,7 @@ def test_the_docs_run_these_commands():
     text = DOC.read_text()
     for cmd in (TOKEN, UP, STATUS, TABLE, DOWN):
         assert cmd in text, f"docs/cluster.md no longer says: {cmd}"
+    assert "run the same command again with `--resume` added" in " ".join(text.split())
 
 
 @pytest.mark.slow
@@ -222,23 +227,23 @@ def test_ray_up_table_ray_down(lab):
     env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": home,
            "USER": pwd.getpwuid(os.geteuid()).pw_name, "LANG": "C.UTF-8", "TERM": "dumb"}
 
-    def sh(cmd: str, timeout: float) -> str:
+    def sh(cmd: str, timeout: float, check: bool = True) -> tuple[int, str]:
         t = time.monotonic()
         done = laptop.run(["bash", "-c", cmd], env=env, cwd=str(ROOT), timeout=timeout, check=False)
         out = done.stdout + done.stderr
         log(cmd, rc=done.returncode, seconds=round(time.monotonic() - t))
         failed = out.split("Failed runs:", 1)[1][:3000] if "Failed runs:" in out else ""
-        assert done.returncode == 0, f"{cmd}\n{failed}\n...\n{out[-4000:]}"
-        return out
+        assert done.returncode == 0 or not check, f"{cmd}\n{failed}\n...\n{out[-4000:]}"
+        return done.returncode, out
 
     # --- up -------------------------------------------------------------------------------
     sh(TOKEN, 60)
-    up = sh(UP, 1200)
+    _, up = sh(UP, 1200)
     assert "Operation not permitted" not in up  # ulimit on machines that cap it
     t_up = time.monotonic()
 
     def both_active():
-        status = sh(STATUS, 120)
+        _, status = sh(STATUS, 120)
         m = re.search(r"Active:\s*\n\s*(\d+) local\.cluster\.node", status)
         return m and int(m[1]) == 2 and status
     wait_for(both_active, 1200, "the worker to join (ray status: 2 active nodes)", poll=10)
@@ -253,7 +258,14 @@ def test_ray_up_table_ray_down(lab):
     assert b"mlflow\0server" in leader, leader  # group: the server's, as the start command made it
 
     # --- a demo table on both nodes ----------------------------------------------------------
-    sh(TABLE, 1800)
+    rc, out = sh(TABLE, 1800, check=False)
+    for _ in range(2):  # the host, not the cluster, may be short of memory: resume as the docs say
+        failed = [ln for ln in out.split("Failed runs:", 1)[-1].splitlines() if ln.startswith("- ")]
+        if rc == 0 or not failed or not all("out of memory" in ln for ln in failed):
+            break
+        log("arrays killed by Ray's memory monitor (host memory), resuming", runs=len(failed))
+        rc, out = sh(RESUME, 1800, check=False)
+    assert rc == 0, out[-6000:]
     (table,) = json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY], env=env).stdout)
     kids = table["children"]
     assert len(kids) == 8 and {k["status"] for k in kids} == {"FINISHED"}, kids  # 4 cells x 2 seeds
