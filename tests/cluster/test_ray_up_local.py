@@ -63,6 +63,7 @@ TABLE = ("ray exec cluster.local.yaml 'cd ~/mmemb && python -m orchestrator.abla
          "--seeds 0 1 --address auto --tracking-uri http://localhost:5000 --storage /mnt/shared/runs'")
 DOWN = "RAY_UP_enable_autoscaler_v2=0 ray down -y cluster.local.yaml"
 RESUME = TABLE[:-1] + " --resume'"  # "the same command again with --resume added"
+OOM = "running low on memory"  # Ray's memory monitor killed a worker
 
 # Anything of the cluster's, by process name or command line.
 CLUSTER_PROCESSES = ("raylet", "gcs_server", "ray::", "default_worker", "dashboard", "log_monitor",
@@ -232,8 +233,7 @@ def test_ray_up_table_ray_down(lab):
         done = laptop.run(["bash", "-c", cmd], env=env, cwd=str(ROOT), timeout=timeout, check=False)
         out = done.stdout + done.stderr
         log(cmd, rc=done.returncode, seconds=round(time.monotonic() - t))
-        failed = out.split("Failed runs:", 1)[1][:3000] if "Failed runs:" in out else ""
-        assert done.returncode == 0 or not check, f"{cmd}\n{failed}\n...\n{out[-4000:]}"
+        assert done.returncode == 0 or not check, f"{cmd}\n...\n{out[-6000:]}"
         return done.returncode, out
 
     # --- up -------------------------------------------------------------------------------
@@ -260,12 +260,12 @@ def test_ray_up_table_ray_down(lab):
     # --- a demo table on both nodes ----------------------------------------------------------
     rc, out = sh(TABLE, 1800, check=False)
     for _ in range(2):  # the host, not the cluster, may be short of memory: resume as the docs say
-        failed = [ln for ln in out.split("Failed runs:", 1)[-1].splitlines() if ln.startswith("- ")]
-        if rc == 0 or not failed or not all("out of memory" in ln for ln in failed):
+        if rc == 0 or OOM not in out:
             break
-        log("arrays killed by Ray's memory monitor (host memory), resuming", runs=len(failed))
+        log("Ray's memory monitor killed part of the table (host memory), resuming")
         rc, out = sh(RESUME, 1800, check=False)
-    assert rc == 0, out[-6000:]
+    errors = [ln for ln in out.splitlines() if re.match(r"(error:|- |Traceback|\w+Error\b)", ln)]
+    assert rc == 0, "\n".join(errors[:40]) + "\n...\n" + out[-3000:]
     (table,) = json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY], env=env).stdout)
     kids = table["children"]
     assert len(kids) == 8 and {k["status"] for k in kids} == {"FINISHED"}, kids  # 4 cells x 2 seeds
