@@ -264,7 +264,8 @@ def test_ray_up_table_ray_down(lab):
             break
         log("Ray's memory monitor killed part of the table (host memory), resuming")
         rc, out = sh(RESUME, 1800, check=False)
-    errors = [ln for ln in out.splitlines() if re.match(r"(error:|- |Traceback|\w+Error\b)", ln)]
+    errors = [ln for ln in out.splitlines()
+              if re.match(r"(error:|Traceback|[A-Z]\w*Error\b|- .* seed \d+: )", ln)]
     assert rc == 0, "\n".join(errors[:40]) + "\n...\n" + out[-3000:]
     (table,) = json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY], env=env).stdout)
     kids = table["children"]
