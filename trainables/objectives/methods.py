@@ -331,7 +331,7 @@ def register(method: type[Method] | Method) -> Any:
         raise ValueError(f"{where}: name must be lower-case letters, digits and _ starting with a "
                          "letter (it is objective.method)")
     st = getattr(m, "settings", None)
-    if not (isinstance(st, type) and issubclass(st, Settings) and dataclasses.is_dataclass(st)
+    if not (isinstance(st, type) and issubclass(st, Settings) and "__dataclass_fields__" in vars(st)
             and st.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise ValueError(f"{where}: settings must be a @dataclass(frozen=True) subclass of "
                          "trainables.objectives.methods.Settings")
@@ -430,6 +430,12 @@ def check_settings(s: Settings) -> None:
     method_of(s).validate(s)
 
 
+def source(name: str) -> tuple[str, str | None]:
+    """(module, file) the method ``name`` was defined in."""
+    get(name)
+    return _SOURCES[name]
+
+
 def sources(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
     """Where each of ``methods`` not shipped with mmemb came from: what a fresh process needs to
     load them (:func:`ensure_methods`)."""
@@ -479,7 +485,7 @@ def load_methods(items: Iterable[str]) -> list[str]:
         if not found and not new:
             raise ValueError(f"{file or item} registers no method; decorate your Method subclass "
                              "with @register (docs/methods.md)")
-        out += [n for n in found + new if n not in out]
+        out += [n for n in dict.fromkeys(found + new) if n not in out]
     return out
 
 
