@@ -163,8 +163,10 @@ class Student(MethodHeads):
                 f"supports {SUPPORTED_MODEL_TYPES}: pass a BERT or RoBERTa folder"
             )
         h = hf_config.hidden_size
-        super().__init__(config.resolved_heads(h))
-        self.config = config
+        heads = config.resolved_heads(h)
+        super().__init__(heads)
+        # The resolved heads are saved with the student, so it loads without its method's code.
+        self.config = dataclasses.replace(config, heads=heads)
         self.hidden_size = h
         # fp32 weights whatever the checkpoint dtype: the official runs train in fp32.
         self.encoder = AutoModel.from_pretrained(source, config=hf_config, dtype=torch.float32)

@@ -79,9 +79,12 @@ def table(tmp_path_factory, tiny_bert):
     write_tiny_profile(d, tiny_bert, max_steps=3, eval_every=3)
     init_ray(num_cpus=2, log_to_driver=False)
     try:
+        # one cell and the baseline in one array: one Ray Train worker, a fresh process that
+        # must load the method from its file before it builds its members
         rc = ablate.main(["--grid", str(EXAMPLES / "softground_grid.py"), "--profile",
-                          str(d / "tiny.yaml"), "--seeds", "0", "1", "--storage", str(d / "runs"),
-                          "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"])
+                          str(d / "tiny.yaml"), "--seeds", "0", "1", "--cells",
+                          "SoftGround alpha=0.6", "--array-size", "4", "--storage",
+                          str(d / "runs"), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"])
     finally:
         ray.shutdown()
     return d, rc
@@ -94,18 +97,19 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
     (parent,) = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
     children = tr.children(parent.info.run_id)
     cells = {c.data.tags["mmemb.cell"] for c in children}
-    assert cells == {"MCSE", "SoftGround", "SoftGround alpha=0.6"} and len(children) == 6
+    assert cells == {"MCSE", "SoftGround alpha=0.6"} and len(children) == 4
+    assert len({c.data.tags["mmemb.array"] for c in children}) == 1
     for c in children:
         assert c.info.status == "FINISHED"
         assert c.data.tags["mmemb.model"] == f"runs:/{c.info.run_id}/model"
         assert "test/avg" in c.data.metrics
-        if c.data.tags["mmemb.cell"].startswith("SoftGround"):
-            p = c.data.params
-            assert p["objective.method"] == "softground" and "objective.teacher_weights" not in p
-            want = "0.6" if "0.6" in c.data.tags["mmemb.cell"] else "0.3"
-            assert p["objective.alpha"] == want and p["objective.lam"] == "1.0"
-            assert tr.client.get_metric_history(c.info.run_id, "loss/grounding")  # its own term
-        else:
-            assert c.data.params["objective.method"] == "mcse"
+        p = c.data.params
+        if c.data.tags["mmemb.cell"] == "MCSE":
+            assert p["objective.method"] == "mcse" and "objective.alpha" not in p
+            continue
+        assert p["objective.method"] == "softground" and "objective.teacher_weights" not in p
+        assert (p["objective.alpha"], p["objective.teacher_temperature"], p["objective.lam"]) == (
+            "0.6", "0.05", "1.0")  # the cell's, the method's default, its demo recipe
+        assert tr.client.get_metric_history(c.info.run_id, "loss/grounding")  # its own term
     md = tr.load_artifact_text(parent.info.run_id, "report.md")
     assert "SoftGround alpha=0.6" in md and "MCSE" in md

@@ -330,3 +330,33 @@ def test_explain_names_a_plugins_defaults_and_recipe():
     assert origins["objective.alpha"] == "method default (SoftGroundSettings)"
     assert origins["objective.lam"] == "recipe softground (demo)" and cfg.objective.lam == 1.0
     assert "objective.teacher_weights" not in origins  # the demo profile's, for DALR only
+
+
+def test_a_plugins_settings_are_search_dimensions():
+    from orchestrator.spec.spaces import FloatRange, SearchSpace, params_to_overrides
+    from orchestrator.spec.validate import validate_space
+
+    load_methods([str(EXAMPLE)])
+    alpha = FloatRange("objective.alpha", 0.0, 0.9)
+    space = SearchSpace("sg", "alpha", {"objective.method": "softground"},
+                        lambda t: alpha.suggest(t) and None, {"objective.method": "mcse"})
+    validate_space(space)
+    cfg = build_config("demo", overrides=params_to_overrides(space, {"objective.alpha": 0.25}))
+    assert (cfg.objective.method, cfg.objective.alpha) == ("softground", 0.25)
+
+
+def test_a_student_saves_its_plugin_heads_and_loads_from_them(tiny_bert, tmp_path):
+    from trainables.model import Student, StudentConfig
+
+    torch.manual_seed(0)
+    s = Student(StudentConfig(encoder=str(tiny_bert), method="auxhead", proj_dim=8, image_dim=12))
+    assert (s.aux.in_features, s.aux.out_features) == (32, 16) and s.clip_text_head is None
+    s.save_pretrained(tmp_path / "st")
+    saved = json.loads((tmp_path / "st" / "student_config.json").read_text())
+    assert [h[0] for h in saved["heads"]] == ["grounding", "image_head", "aux"]
+    saved["method"] = "not_registered_here"  # the heads alone rebuild it
+    (tmp_path / "st" / "student_config.json").write_text(json.dumps(saved))
+    back = Student.from_pretrained(tmp_path / "st")
+    assert back.config.heads == s.config.heads
+    for k, v in s.heads_state_dict().items():
+        assert torch.equal(back.heads_state_dict()[k], v), k
