@@ -209,4 +209,8 @@ def compute_objective(
         out = method.caption_loss(s, student, teacher, generator=generator)
     if "total" not in out:
         raise ValueError(f"method {method.name!r}: its loss returned {sorted(out)} without 'total'")
+    for k, v in out.items():
+        if not isinstance(v, torch.Tensor) or v.dim() != 0:
+            raise ValueError(f"method {method.name!r}: term {k!r} is {getattr(v, 'shape', v)!s}; "
+                             "a term is a scalar tensor (reduce it over the batch)")
     return out

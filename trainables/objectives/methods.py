@@ -354,14 +354,15 @@ def register(method: type[Method] | Method) -> Any:
     if owner is not None and owner != name:
         raise ValueError(f"{where}: settings {st.__name__} already belong to method {owner!r}; "
                          "give each method its own settings class")
+    old_source = _SOURCES.get(name)
     _METHODS[name], _SOURCES[name], _BY_SETTINGS[st] = m, source, name
     try:
         check_settings(st())
         m.needs(st())
     except (ValueError, TypeError) as e:
-        del _METHODS[name], _BY_SETTINGS[st]
+        del _METHODS[name], _SOURCES[name], _BY_SETTINGS[st]
         if old is not None:
-            _METHODS[name] = old
+            _METHODS[name], _SOURCES[name] = old, old_source
         raise ValueError(f"{where}: its default settings fail: {e}") from None
     return method
 

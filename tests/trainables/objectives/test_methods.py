@@ -360,3 +360,29 @@ def test_a_student_saves_its_plugin_heads_and_loads_from_them(tiny_bert, tmp_pat
     assert back.config.heads == s.config.heads
     for k, v in s.heads_state_dict().items():
         assert torch.equal(back.heads_state_dict()[k], v), k
+
+
+def test_a_loss_must_give_a_total_and_scalar_terms():
+    @dataclasses.dataclass(frozen=True)
+    class BadLossSettings(Settings):
+        tau: float = setting(0.05, POSITIVE)
+
+    class BadLoss(Method):
+        name = "bad_loss"
+        settings = BadLossSettings
+        out: dict = {}
+
+        def needs(self, s):
+            return Needs(captions=False, image=False)
+
+        def text_loss(self, s, out):
+            return dict(self.out)
+
+    m = register(BadLoss())
+    st, _ = batch(seed=51)
+    m.out = {"text": st.z1.sum()}
+    with pytest.raises(ValueError, match=r"without 'total'"):
+        compute_objective(BadLossSettings(), st, None)
+    m.out = {"per_row": st.z1.sum(1), "total": st.z1.sum()}
+    with pytest.raises(ValueError, match=r"term 'per_row' is torch.Size\(\[7\]\); a term is a scalar"):
+        compute_objective(BadLossSettings(), st, None)
