@@ -37,7 +37,7 @@ from trainables.checks import (
     setting,
 )
 from trainables.objectives import ObjectiveConfig
-from trainables.objectives.methods import DEFAULT_METHOD, Settings, get, method_of, names
+from trainables.objectives.methods import DEFAULT_METHOD, Needs, Settings, get, method_of, names
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class RunConfig:
             bad(str(e))
 
     @property
-    def needs(self):
+    def needs(self) -> Needs:
         """What the run's method reads from a batch (``trainables.objectives.methods.Needs``)."""
         return method_of(self.objective).needs(self.objective)
 

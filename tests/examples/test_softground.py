@@ -83,7 +83,7 @@ def table(tmp_path_factory, tiny_bert):
         # must load the method from its file before it builds its members
         rc = ablate.main(["--grid", str(EXAMPLES / "softground_grid.py"), "--profile",
                           str(d / "tiny.yaml"), "--seeds", "0", "1", "--cells",
-                          "SoftGround alpha=0.6", "--array-size", "4", "--storage",
+                          "SoftGround tau_t=0.2", "--array-size", "4", "--storage",
                           str(d / "runs"), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"])
     finally:
         ray.shutdown()
@@ -97,7 +97,7 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
     (parent,) = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
     children = tr.children(parent.info.run_id)
     cells = {c.data.tags["mmemb.cell"] for c in children}
-    assert cells == {"MCSE", "SoftGround alpha=0.6"} and len(children) == 4
+    assert cells == {"MCSE", "SoftGround tau_t=0.2"} and len(children) == 4
     assert len({c.data.tags["mmemb.array"] for c in children}) == 1
     for c in children:
         assert c.info.status == "FINISHED"
@@ -108,8 +108,8 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
             assert p["objective.method"] == "mcse" and "objective.alpha" not in p
             continue
         assert p["objective.method"] == "softground" and "objective.teacher_weights" not in p
-        assert (p["objective.alpha"], p["objective.teacher_temperature"], p["objective.lam"]) == (
-            "0.6", "0.05", "1.0")  # the cell's, the method's default, its demo recipe
+        assert (p["objective.teacher_temperature"], p["objective.alpha"], p["objective.lam"]) == (
+            "0.2", "0.3", "1.0")  # the cell's, the method's default, its demo recipe
         assert tr.client.get_metric_history(c.info.run_id, "loss/grounding")  # its own term
     md = tr.load_artifact_text(parent.info.run_id, "report.md")
-    assert "SoftGround alpha=0.6" in md and "MCSE" in md
+    assert "SoftGround tau_t=0.2" in md and "MCSE" in md
