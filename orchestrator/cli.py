@@ -48,10 +48,17 @@ def add_campaign_args(p: argparse.ArgumentParser) -> None:
                    help="continue the latest run of this plan: only missing runs train")
     p.add_argument("--dry-run", action="store_true",
                    help="check everything, print the runs, arrays and resources, then exit")
+    p.add_argument("--methods", nargs="+", default=[], metavar="FILE.py|MODULE",
+                   help="methods of your own to load first, so grids and searches can name them "
+                        "(docs/methods.md); a grid file may also import its method itself")
 
 
 def options(args: argparse.Namespace) -> Options:
-    """The parsed arguments as campaign options; impossible values refused in one line."""
+    """The parsed arguments as campaign options; impossible values refused in one line. Loads
+    ``--methods`` first: every command calls this before it reads its grid or search."""
+    from trainables.objectives.methods import load_methods
+
+    load_methods(getattr(args, "methods", None) or [])
     if args.cpus_per_trial <= 0:
         raise ValueError(f"--cpus-per-trial {args.cpus_per_trial:g} must be > 0")
     if args.gpus_per_trial is not None and args.gpus_per_trial < 0:

@@ -346,7 +346,9 @@ def test_local_file_keeps_to_the_v1_autoscaler():
 # --- docs/cluster.md: every command parses with the real command lines ------------------------
 
 def doc_lines() -> list[str]:
-    blocks = re.findall(r"```(?:bash)?\n(.*?)```", DOCS.read_text(), flags=re.S)
+    # fences paired line by line, so a ```python block is skipped, not read from its closing fence
+    blocks = [body for lang, body in re.findall(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", DOCS.read_text(),
+                                                flags=re.S | re.M) if lang in ("", "bash")]
     lines = []
     for block in blocks:
         joined = re.sub(r"\\\n\s*", " ", block)

@@ -211,9 +211,9 @@ def leaf_fields(tp: Any, prefix: str = "") -> Sequence[tuple[str, Check]]:
     out: list[tuple[str, Check]] = []
     for f in dataclasses.fields(tp):
         chk = field_check(f)
-        if isinstance(chk, Nested):
-            sub = f.default_factory if f.default_factory is not MISSING else type(f.default)
-            out += leaf_fields(sub, f"{prefix}{f.name}.")
+        if isinstance(chk, Nested):  # the default's own fields (a factory may pick the type)
+            sub = f.default_factory() if f.default_factory is not MISSING else f.default
+            out += leaf_fields(type(sub), f"{prefix}{f.name}.")
         else:
             out.append((f"{prefix}{f.name}", chk))
     return out

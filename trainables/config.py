@@ -3,6 +3,10 @@
 A grid row, a search trial and a command line all produce a `RunConfig` by applying overrides
 (``{"objective.threshold": 0.8, "lr": 2e-5}``) to a base; the config hash then names the run, so
 two runs with the same hash are the same experiment (the seed is part of the config).
+
+``objective`` holds the settings of the run's method (``trainables.objectives.methods``): which
+class, and so which ``objective.*`` keys exist, is decided by ``objective.method``, applied before
+the other keys whatever their order. The hash covers the method's name and its own settings only.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from trainables.checks import (
     setting,
 )
 from trainables.objectives import ObjectiveConfig
+from trainables.objectives.methods import DEFAULT_METHOD, Needs, Settings, get, method_of, names
 
 
 @dataclass(frozen=True)
@@ -69,13 +74,15 @@ class DataConfig:
 class RunConfig:
     """One training run. Defaults are the official MCSE recipe (BERT-base, wiki+flickr)."""
 
-    objective: ObjectiveConfig = setting(check=Nested(), factory=ObjectiveConfig)
-    """method, weights, margins, temperatures and switches (trainables.objectives)"""
+    objective: Settings = setting(check=Nested(), factory=lambda: get(DEFAULT_METHOD).settings())
+    """the method's settings: its weights, margins, temperatures and switches (``objective.method``
+    picks the method; trainables.objectives)"""
     data: DataConfig = setting(check=Nested(), factory=DataConfig)
     encoder: str = setting("bert-base-uncased", Text())
     """student encoder: hub name or local folder (BERT or RoBERTa)"""
     text_teachers: tuple[str, ...] = setting((), Each(Text(), nonempty=False))
-    """DALR text teachers (hub names or folders), weights in objective.teacher_weights"""
+    """frozen text teachers (hub names or folders) of methods that use them (DALR; its weights
+    are objective.teacher_weights)"""
     lr: float = setting(3e-5, POSITIVE)
     batch_size: int = setting(64, count(2, "in-batch negatives need 2 rows"))
     epochs: int = setting(3, count(1))
@@ -102,9 +109,15 @@ class RunConfig:
     final_eval: bool = setting(True, Flag())
     """evaluate the best checkpoint on the seven STS tasks at the end"""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.objective, ObjectiveConfig):  # a script's flat config: its method's
+            object.__setattr__(self, "objective", self.objective.settings())
+
     # --- identity -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return _to_jsonable(dataclasses.asdict(self))
+        d = _to_jsonable(dataclasses.asdict(self))
+        d["objective"] = {"method": self.objective.method, **d["objective"]}
+        return d
 
     def config_hash(self) -> str:
         """Stable 12-hex hash of every field that shapes the result (seed included).
@@ -121,15 +134,24 @@ class RunConfig:
         return RunConfig().with_overrides(flatten(d))
 
     def resolved(self) -> RunConfig:
-        """This config with the objective's method defaults filled in (idempotent)."""
-        return dataclasses.replace(self, objective=self.objective.resolved())
+        """This config, its objective settings checked (they hold the method's values already;
+        kept for scripts written when they did not)."""
+        self.objective.resolved()
+        return self
 
     # --- overrides ------------------------------------------------------------------------
     def with_overrides(self, overrides: Mapping[str, Any]) -> RunConfig:
-        """Apply ``{"a.b": value}`` overrides; unknown keys and wrong types raise one clear line."""
+        """Apply ``{"a.b": value}`` overrides; unknown keys and wrong types raise one clear line.
+
+        ``objective.method`` goes first: another method starts from its own settings' defaults,
+        and the other ``objective.*`` keys must be settings of that method."""
+        flat = flatten(overrides)
         cfg: Any = self
-        for key, value in overrides.items():
-            cfg = _set(cfg, key.split("."), value, key)
+        if "objective.method" in flat:
+            cfg = dataclasses.replace(cfg, objective=switch_method(cfg.objective, flat["objective.method"]))
+        for key, value in flat.items():
+            if key != "objective.method":
+                cfg = _set(cfg, key.split("."), value, key)
         cfg.validate()
         return cfg
 
@@ -145,11 +167,29 @@ class RunConfig:
         if self.num_workers < 1 or self.batch_size % self.num_workers:
             bad(f"batch_size={self.batch_size} must split evenly over num_workers={self.num_workers}")
         method = self.objective.method
-        if method != "simcse" and not self.data.demo and self.data.pairs is None:
+        needs = self.needs
+        if needs.captions and not self.data.demo and self.data.pairs is None:
             bad(f"method {method!r} needs caption+image pairs: set data.pairs=STORE.parquet")
-        if method == "dalr" and not self.text_teachers and not self.data.demo:
-            bad("method 'dalr' needs text teachers: set text_teachers=[path, ...]")
-        self.objective.resolved()  # raises on bad objective settings
+        if needs.text_teachers and not self.text_teachers and not self.data.demo:
+            bad(f"method {method!r} needs text teachers: set text_teachers=[path, ...]")
+        try:
+            self.objective.resolved()  # the method's checks across several settings
+        except ValueError as e:
+            bad(str(e))
+
+    @property
+    def needs(self) -> Needs:
+        """What the run's method reads from a batch (``trainables.objectives.methods.Needs``)."""
+        return method_of(self.objective).needs(self.objective)
+
+
+def switch_method(current: Settings, name: Any) -> Settings:
+    """``current`` if it is already ``name``'s settings, else that method's defaults."""
+    if not isinstance(name, str):
+        raise ValueError(f"objective.method={name!r} must be one of {', '.join(map(repr, names()))}")
+    if isinstance(current, Settings) and current.method == name:
+        return current
+    return get(name).settings()
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -178,13 +218,30 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
     flat = flatten(data)
-    base = RunConfig()
     for key, value in flat.items():  # a misspelled key is the file's fault: say which file
         try:
-            _set(base, str(key).split("."), value, str(key))
+            check_key(str(key), value)
         except ValueError as e:
             raise ValueError(f"config file {path}: {e}; fix it in that file") from None
     return flat
+
+
+def check_key(key: str, value: Any) -> None:
+    """A setting any method could take (a profile serves every method): its key exists (an
+    ``objective.*`` key in some method's settings) and its value has the right type."""
+    base = RunConfig()
+    parts = key.split(".")
+    if parts[0] == "objective" and len(parts) == 2:
+        if parts[1] == "method":
+            switch_method(base.objective, value)
+            return
+        owners = [n for n in names() if parts[1] in {f.name for f in dataclasses.fields(get(n).settings)}]
+        if not owners:
+            known = sorted({f.name for n in names() for f in dataclasses.fields(get(n).settings)})
+            raise ValueError(f"unknown setting {key!r}: no method has it; the methods' settings: "
+                             f"{', '.join(known)}")
+        base = dataclasses.replace(base, objective=get(owners[0]).settings())
+    _set(base, parts, value, key)
 
 
 def parse_cli_overrides(items: list[str]) -> dict[str, Any]:
@@ -217,6 +274,11 @@ def _set(obj: Any, parts: list[str], value: Any, full: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(obj)}
     name = parts[0]
     if name not in fields:
+        if isinstance(obj, Settings):
+            raise ValueError(
+                f"unknown setting {full!r} for method {obj.method!r}; its settings "
+                f"({type(obj).__name__}): {', '.join(sorted(fields))}"
+            )
         raise ValueError(
             f"unknown setting {full!r}; known at this level: {', '.join(sorted(fields))}"
         )
@@ -265,6 +327,8 @@ def _coerce(value: Any, tp: Any, full: str) -> Any:
     if tp is str and isinstance(value, str):
         return value
     if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(value, tp):  # a nested config given whole
         return value
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
         return _from_mapping(tp, value, full)

@@ -15,6 +15,7 @@ import torch
 from trainables.config import RunConfig
 from trainables.corpus import TextCorpus, Tokenize
 from trainables.feature_stats import FilterSample, sample_filter
+from trainables.objectives.methods import StoreView, method_of
 from trainables.store import FeatureStore
 
 
@@ -103,6 +104,7 @@ def load_data(cfg: RunConfig) -> TrainingData:
     """Open every data source the config names, failing early with one clear line per problem."""
     d = cfg.data
     method = cfg.objective.method
+    captions = cfg.needs.captions  # a text-only method (SimCSE) opens no store
     if d.demo:
         from trainables.demo_corpus import generate_demo
 
@@ -110,15 +112,15 @@ def load_data(cfg: RunConfig) -> TrainingData:
         text_path, pairs_path, senteval = demo.text_file, demo.pairs_store, demo.senteval_dir
     else:
         text_path = _require(d.text, "text corpus", "data.text") if d.text else None
-        pairs_path = _require(d.pairs, "pair store", "data.pairs") if method != "simcse" else None
+        pairs_path = _require(d.pairs, "pair store", "data.pairs") if captions else None
         senteval = _require(d.senteval, "SentEval data", "data.senteval")
     if d.caption_only:
-        if method == "simcse":
-            raise ValueError("data.caption_only=true leaves method 'simcse' no data (it reads only "
-                             "text); use a grounded method or data.caption_only=false")
+        if not captions:
+            raise ValueError(f"data.caption_only=true leaves method {method!r} no data (it reads "
+                             "only text); use a grounded method or data.caption_only=false")
         text_path = None
     text = TextCorpus(text_path) if text_path is not None else None
-    pairs = FeatureStore(pairs_path) if pairs_path is not None and method != "simcse" else None
+    pairs = FeatureStore(pairs_path) if pairs_path is not None and captions else None
     if text is None and pairs is None:
         raise ValueError("no training data: set data.text (text corpus) and/or data.pairs (store)")
     if pairs is not None and d.image_column not in pairs.feature_columns:
@@ -142,67 +144,62 @@ def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:
 
 
 def check_dims(cfg: RunConfig, data: TrainingData) -> None:
-    """Refuse, before any model is built, a store whose features the objective cannot use: a
-    missing or mismatched ``clip_text``, an image feature CMA cannot compare, or a threshold
-    filter that would mask (nearly) every negative."""
-    o = cfg.objective.resolved()
+    """Refuse, before any model is built, a store whose features the objective cannot use: what
+    the method refuses itself (``Method.check_data``: a missing or mismatched ``clip_text``, an
+    image feature DALR's CMA cannot compare), a feature its ``Needs`` declare but the store lacks,
+    or a false-negative filter that would mask (nearly) every negative."""
+    s = cfg.objective
+    method = method_of(s)
     if data.pairs is None:
         return
-    store, col = data.pairs.path, data.image_column
-    if o.method in ("mcse", "kdmcse"):
-        needs = [(what, fix) for on, what, fix in (
-            (o.clip_text_term, "objective.clip_text_term (KDMCSE's L_t)", "objective.clip_text_term=false"),
-            (o.threshold is not None, "the threshold filter", "objective.threshold=None"),
-        ) if on]
-        if needs and data.clip_text_dim is None:
-            what, fix = needs[0]
-            raise ValueError(
-                f"{store} has no 'clip_text' column but {what} needs the stored CLIP caption "
-                f"feature; convert a CLIP store (python -m trainables.convert clip-json) or set {fix}"
-            )
-        if o.threshold is not None and data.clip_text_dim != data.image_dim:
-            raise ValueError(
-                f"{store}: {col!r} features are {data.image_dim}-d but 'clip_text' is "
-                f"{data.clip_text_dim}-d; the threshold filter takes clip_text . {col} dot products "
-                "(docs/official-code.md §5.4), so both must come from one CLIP model: use such a "
-                "store or set objective.threshold=None"
-            )
-        threshold_sample(cfg, data)
-        return
-    if o.method != "dalr" or not o.use_cma or data.image_dim is None:
-        return
-    from transformers import AutoConfig
+    store = data.pairs
 
-    from trainables.profiles import resolve_encoder
+    def hidden() -> int:
+        from transformers import AutoConfig
 
-    hidden = AutoConfig.from_pretrained(resolve_encoder(cfg.encoder, cfg.data.cache_dir)).hidden_size
-    if data.image_dim != hidden:
+        from trainables.profiles import resolve_encoder
+
+        return AutoConfig.from_pretrained(resolve_encoder(cfg.encoder, cfg.data.cache_dir)).hidden_size
+
+    method.check_data(s, StoreView(str(store.path), data.image_column, data.image_dim,
+                                   data.clip_text_dim, tuple(store.feature_columns), hidden))
+    f = method.negative_filter(s)
+    if (method.needs(s).clip_text or f is not None) and data.clip_text_dim is None:
+        what = "its threshold filter" if f is not None else "one of its terms"
         raise ValueError(
-            f"the store's {data.image_column!r} features are {data.image_dim}-d but DALR's CMA "
-            f"compares them with the student's {hidden}-d embedding; use an image teacher of "
-            f"that size (CLIP ViT-L/14 is 768-d, as BERT-base) or set objective.use_cma=false"
+            f"{store.path} has no 'clip_text' column but method {s.method!r} needs the stored CLIP "
+            f"caption feature ({what}); convert a CLIP store (python -m trainables.convert "
+            "clip-json) or switch that off"
         )
+    if f is not None and data.clip_text_dim != data.image_dim:
+        raise ValueError(
+            f"{store.path}: {data.image_column!r} features are {data.image_dim}-d but 'clip_text' "
+            f"is {data.clip_text_dim}-d; the threshold filter compares them, so both must come "
+            f"from one CLIP model: use such a store or set {f.setting}=None"
+        )
+    threshold_sample(cfg, data)
 
 
 def threshold_sample(cfg: RunConfig, data: TrainingData) -> FilterSample | None:
-    """What the threshold filter does to a sample of this store's negatives (None: no filter).
+    """What the method's false-negative filter (``Method.negative_filter``) does to a sample of
+    this store's negatives (None: no filter).
 
     Refuses a filter that would mask (nearly) every negative: both grounding terms would then be
     exactly 0 and the run would train without grounding (docs/official-code.md §5.4, §9).
     """
-    o = cfg.objective.resolved()
-    if o.threshold is None or data.pairs is None or data.clip_text_dim != data.image_dim:
+    f = method_of(cfg.objective).negative_filter(cfg.objective)
+    if f is None or data.pairs is None or data.clip_text_dim != data.image_dim:
         return None
     s = sample_filter(data.pairs.column("clip_text"), data.pairs.column(data.image_column),
-                      o.threshold, o.threshold_on)
+                      f.threshold, f.on)
     if s.nearly_all:
-        scores = "raw dot products" if o.threshold_on == "dot" else "cosines"
+        scores = "raw dot products" if f.on == "dot" else "cosines"
         raise ValueError(
-            f"objective.threshold={o.threshold:g} on {scores} masks {s.masked:.1%} of "
+            f"{f.setting}={f.threshold:g} on {scores} masks {s.masked:.1%} of "
             f"{s.n_pairs} sampled negatives of {data.pairs.path} (mean norms: clip_text "
             f"{s.text_norm:.3g}, {data.image_column} {s.image_norm:.3g}; median score "
-            f"{s.median:.3g}), so both grounding terms would be 0; set objective.threshold_on="
+            f"{s.median:.3g}), so both grounding terms would be 0; set {f.on_setting}="
             f"cosine, a threshold above {s.p99:.3g} (the 99th percentile), or "
-            "objective.threshold=None (the official scripts' setting)"
+            f"{f.setting}=None (the official scripts' setting)"
         )
     return s

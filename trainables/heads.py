@@ -1,30 +1,36 @@
-"""The small trainable heads each method puts on the encoder's [CLS], apart from the encoder itself
+"""The small trainable heads a method puts on the encoder's [CLS], apart from the encoder itself
 (docs/official-code.md §2.1, §4.1, §5.1, §6.1).
 
 - ``mlp``: the SimCSE "pooler", Linear(h, h) + tanh on [CLS], giving z (training only); initialised
   N(0, initializer_range), bias 0, because the official model's ``init_weights`` creates it;
-- ``grounding``: Linear(h, proj) + tanh + L2-normalise on the [CLS] *before* the MLP -> p1, p2;
-- ``image_head``: the same on the stored image feature -> v (MCSE ``ResNetVisnModel``,
-  KDMCSE/DALR ``visn_model.vmlp``);
-- ``clip_text_head``: the same on the stored CLIP caption feature -> t (KDMCSE ``tmlp``);
-- ``text_aligner`` / ``image_aligner``: DALR's consistency aligners, Linear -> BatchNorm1d -> ReLU ->
-  Linear(., 256) -> BatchNorm1d -> ReLU, on z1 and on the raw, unnormalised image feature.
+- a method's heads, as it declares them (``trainables.objectives.methods.Head``): the built-in ones
+  are ``grounding`` (Linear(h, proj) + tanh + L2-normalise on the [CLS] *before* the MLP -> p1, p2),
+  ``image_head`` (the same on the stored image feature -> v; MCSE ``ResNetVisnModel``,
+  KDMCSE/DALR ``visn_model.vmlp``), ``clip_text_head`` (on the stored CLIP caption feature -> t;
+  KDMCSE ``tmlp``) and DALR's ``text_aligner`` / ``image_aligner`` (Linear -> BatchNorm1d -> ReLU
+  -> Linear(., 256) -> BatchNorm1d -> ReLU, on z1 and on the raw, unnormalised image feature).
 
-The method heads keep PyTorch's default ``nn.Linear`` init because the official code creates them
-outside the ``PreTrainedModel``. ``trainables.model.Student`` puts these heads on one HF encoder;
-an array (``trainables.arrays``) gives every member its own, built from the member's seed.
+The heads keep PyTorch's default ``nn.Linear`` init because the official code creates them outside
+the ``PreTrainedModel``, and they are built in the order the method declares them.
+``trainables.model.Student`` puts them on one HF encoder; an array (``trainables.arrays``) gives
+every member its own, built from the member's seed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.objectives import StudentOutputs
+from trainables.objectives.dalr import ALIGN_DIM
+from trainables.objectives.methods import TWO_VIEWS, Head, StudentOutputs
 
-ALIGN_DIM = 256
-"""DALR consistency module's ``sim_dim``: fixed at 256 in the code, independent of proj_dim."""
+BUILTIN_HEADS = ("grounding", "image_head", "clip_text_head", "text_aligner", "image_aligner")
+"""the built-in methods' head names: read as None on a module whose method builds none of them"""
+RESERVED = ("encoder", "mlp", "config", "tokenizer", "hidden_size", "specs", "device")
+"""attributes of the student a head may not be named"""
 
 
 def tanh_head(d_in: int, d_out: int) -> nn.Sequential:
@@ -40,35 +46,37 @@ def simcse_mlp(hidden: int, initializer_range: float = 0.02) -> nn.Sequential:
     return mlp
 
 
-def aligner(d_in: int, shared: int) -> nn.Sequential:
-    """DALR aligner: Linear(d_in, shared) -> BN -> ReLU -> Linear(shared, 256) -> BN -> ReLU.
+def aligner(d_in: int, shared: int, d_out: int = ALIGN_DIM) -> nn.Sequential:
+    """DALR aligner: Linear(d_in, shared) -> BN -> ReLU -> Linear(shared, d_out) -> BN -> ReLU.
 
     The official code has shared_dim = 768 = h = CLIP ViT-L/14 dim for both aligners; for other
     dims the image aligner maps image_dim -> h so both branches share the same hidden width.
     """
     return nn.Sequential(
         nn.Linear(d_in, shared), nn.BatchNorm1d(shared), nn.ReLU(),
-        nn.Linear(shared, ALIGN_DIM), nn.BatchNorm1d(ALIGN_DIM), nn.ReLU(),
+        nn.Linear(shared, d_out), nn.BatchNorm1d(d_out), nn.ReLU(),
     )
 
 
-class MethodHeads(nn.Module):
-    """The heads of one method (all but the encoder and the MLP); only those it uses are built."""
+def build_head(h: Head) -> nn.Module:
+    """The module of a resolved head (``trainables.objectives.methods.resolve_heads``)."""
+    if h.kind == "tanh":
+        return tanh_head(h.in_dim, h.out_dim)
+    if h.kind == "linear":
+        return nn.Linear(h.in_dim, h.out_dim)
+    return aligner(h.in_dim, h.width, h.out_dim)
 
-    def __init__(self, method: str, hidden: int, proj_dim: int, image_dim: int | None,
-                 text_head_dim: int | None):
+
+class MethodHeads(nn.Module):
+    """The heads one method declares (all but the encoder and the MLP), built in their order."""
+
+    def __init__(self, heads: Sequence[tuple[str, Head]]):
         super().__init__()
-        self.method, self.image_dim, self.text_head_dim = method, image_dim, text_head_dim
-        self.grounding = self.image_head = self.clip_text_head = None
-        self.text_aligner = self.image_aligner = None
-        if method != "simcse":
-            self.grounding = tanh_head(hidden, proj_dim)
-            self.image_head = tanh_head(image_dim, proj_dim)
-        if text_head_dim is not None:
-            self.clip_text_head = tanh_head(text_head_dim, proj_dim)
-        if method == "dalr":
-            self.text_aligner = aligner(hidden, hidden)
-            self.image_aligner = aligner(image_dim, hidden)
+        for name in BUILTIN_HEADS:
+            setattr(self, name, None)
+        self.specs = tuple(heads)
+        for name, h in self.specs:
+            setattr(self, name, build_head(h))
 
     @staticmethod
     def _check_feature(name: str, x: torch.Tensor, dim: int, bs: int, field: str) -> None:
@@ -82,23 +90,37 @@ class MethodHeads(nn.Module):
     def heads_outputs(self, cls: torch.Tensor, z: torch.Tensor, attention_mask: torch.Tensor,
                       image: torch.Tensor | None = None,
                       clip_text: torch.Tensor | None = None) -> StudentOutputs:
-        """``cls``, ``z``: (bs, 2, h), the two dropout views of [CLS] before and after the MLP."""
+        """``cls``, ``z``: (bs, 2, h), the two dropout views of [CLS] before and after the MLP.
+        ``image`` marks a caption batch; heads declared for caption batches run only then."""
         bs = cls.shape[0]
         out = StudentOutputs(z1=z[:, 0], z2=z[:, 1], cls1=cls[:, 0], cls2=cls[:, 1],
                              attention_mask=attention_mask)
-        if image is None or self.image_head is None:
-            return out
-        self._check_feature("image", image, self.image_dim, bs, "image_dim")
-        image = image.to(z.dtype)  # stored CLIP features may be fp16
-        p = F.normalize(self.grounding(cls), dim=-1)
-        out.p1, out.p2 = p[:, 0], p[:, 1]
-        out.v = F.normalize(self.image_head(image), dim=-1)
-        if self.clip_text_head is not None and clip_text is not None:
-            self._check_feature("clip_text", clip_text, self.text_head_dim, bs, "clip_text_dim")
-            out.t = F.normalize(self.clip_text_head(clip_text.to(z.dtype)), dim=-1)
-        if self.text_aligner is not None:
-            if self.training and bs < 2:
-                raise ValueError("DALR's aligners use BatchNorm in train mode: a pair batch needs >= 2 rows")
-            out.text_aligned = self.text_aligner(out.z1)
-            out.image_aligned = self.image_aligner(image)  # raw feature, as DALR feeds batch['img']
+        caption = image is not None
+        feats: dict[str, torch.Tensor | None] = {"cls": cls, "z": z, "z1": out.z1}
+        for name, h in self.specs:
+            if h.batches == "caption" and not caption:
+                continue
+            if h.input not in feats:  # a stored feature: checked once, cast to the student's dtype
+                raw = image if h.input == "image" else clip_text
+                if raw is not None:
+                    field = "image_dim" if h.input == "image" else "clip_text_dim"
+                    self._check_feature(h.input, raw, h.in_dim, bs, field)
+                    raw = raw.to(z.dtype)  # stored CLIP features may be fp16
+                feats[h.input] = raw
+            x = feats[h.input]
+            if x is None:  # e.g. no clip_text column: the loss that needs it says so
+                continue
+            if h.kind == "aligner" and self.training and bs < 2:
+                raise ValueError(f"head {name!r} uses BatchNorm in train mode: a pair batch needs "
+                                 ">= 2 rows")
+            y = getattr(self, name)(x)
+            if h.normalize:
+                y = F.normalize(y, dim=-1)
+            if not h.into:
+                out.extra = {**(out.extra or {}), name: y}
+            elif h.input in TWO_VIEWS:
+                setattr(out, h.into[0], y[:, 0])
+                setattr(out, h.into[1], y[:, 1])
+            else:
+                setattr(out, h.into[0], y)
         return out

@@ -1,9 +1,9 @@
-"""The student: a Hugging Face encoder plus the small trainable heads of SimCSE, MCSE, KDMCSE and DALR.
+"""The student: a Hugging Face encoder plus the small trainable heads its method declares.
 
 One ``nn.Module`` holds everything the optimiser trains: ``encoder``, the Hugging Face
 ``AutoModel`` (its pretrained ``pooler`` is kept so the saved folder is a complete model, but it is
 unused, as in the official code, and frozen here; docs/official-code.md §2.1), plus the SimCSE MLP and the method's heads of
-``trainables.heads``. Only the modules a method uses are built; DALR's dead modules
+``trainables.heads``. Only the modules a method declares are built; DALR's dead modules
 (``grounding_image``, ``sim_classifier``, ``tmlp``) are not, since they never receive a gradient.
 Teachers are separate frozen objects owned by the trainer and are never attributes of this module.
 Training runs on ``trainables.arrays``, which stacks many members' encoders (BERT, RoBERTa) or
@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainables.heads import MethodHeads, simcse_mlp
-from trainables.objectives import METHODS, StudentOutputs
+from trainables.heads import RESERVED, MethodHeads, simcse_mlp
+from trainables.objectives.methods import Head, HeadDims, StudentOutputs, get, resolve_heads
 
 HEADS_FILE = "heads.safetensors"
 CONFIG_FILE = "student_config.json"
@@ -82,7 +82,8 @@ class StudentConfig:
     encoder: str = "bert-base-uncased"
     """hub name (must already be in the local cache when offline) or a local HF model folder"""
     method: str = "mcse"
-    """simcse | mcse | kdmcse | dalr: decides which heads are built"""
+    """a registered method (simcse, mcse, kdmcse, dalr or a plug-in): decides which heads are
+    built when ``heads`` is None"""
     proj_dim: int = 256
     """grounding-space dim of grounding / image / CLIP-text heads (official: 256)"""
     image_dim: int | None = None
@@ -96,17 +97,27 @@ class StudentConfig:
     """override of the encoder's hidden_dropout_prob (None: keep the checkpoint's, 0.1 for BERT)"""
     attention_dropout: float | None = None
     """override of the encoder's attention_probs_dropout_prob (None: keep the checkpoint's)"""
+    heads: tuple[tuple[str, Head], ...] | None = None
+    """the heads to build, resolved (as the trainer declares them from the run's settings, and as
+    a saved student records them, so it loads without the method's code); None: the method's
+    heads at its default settings with the dims above"""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"StudentConfig.method={self.method!r} is unknown; use one of {METHODS}")
+        if self.heads is not None:
+            object.__setattr__(self, "heads", _as_heads(self.heads))
+        else:
+            try:
+                method = get(self.method)
+            except ValueError:
+                raise ValueError(f"StudentConfig.method={self.method!r} is unknown; use a "
+                                 "registered method or pass heads") from None
+            if method.needs(method.settings()).image and (self.image_dim is None or self.image_dim <= 0):
+                raise ValueError(
+                    f"method {self.method!r} needs StudentConfig.image_dim (the stored image feature's "
+                    f"dim, e.g. 768 for CLIP ViT-L/14, 2048 for ResNet-50); got {self.image_dim}"
+                )
         if self.proj_dim <= 0:
             raise ValueError(f"StudentConfig.proj_dim={self.proj_dim} must be a positive int")
-        if self.method != "simcse" and (self.image_dim is None or self.image_dim <= 0):
-            raise ValueError(
-                f"method {self.method!r} needs StudentConfig.image_dim (the stored image feature's "
-                f"dim, e.g. 768 for CLIP ViT-L/14, 2048 for ResNet-50); got {self.image_dim}"
-            )
         if self.clip_text_dim is not None and self.clip_text_dim <= 0:
             raise ValueError(f"StudentConfig.clip_text_dim={self.clip_text_dim} must be positive or None")
         for name in ("hidden_dropout", "attention_dropout"):
@@ -114,12 +125,23 @@ class StudentConfig:
             if p is not None and not 0.0 <= p < 1.0:
                 raise ValueError(f"StudentConfig.{name}={p} must lie in [0, 1) or be None")
 
-    @property
-    def text_head_dim(self) -> int | None:
-        """Input dim of the CLIP-text head, or None when the method builds none."""
-        if self.method == "kdmcse":
-            return self.clip_text_dim or self.image_dim
-        return self.clip_text_dim if self.method == "mcse" else None
+    def resolved_heads(self, hidden: int) -> tuple[tuple[str, Head], ...]:
+        """``heads``, or the method's at its default settings for a ``hidden``-wide encoder."""
+        if self.heads is not None:
+            return self.heads
+        method = get(self.method)
+        dims = HeadDims(hidden, self.proj_dim, self.image_dim, self.clip_text_dim)
+        return resolve_heads(method.heads(method.settings(), dims), dims, RESERVED)
+
+
+def _as_heads(value) -> tuple[tuple[str, Head], ...]:
+    """Heads as given, or as ``student_config.json`` stores them (lists and dicts)."""
+    out = []
+    for name, h in value:
+        if not isinstance(h, Head):
+            h = Head(**{k: tuple(v) if k == "into" else v for k, v in dict(h).items()})
+        out.append((str(name), h))
+    return tuple(out)
 
 
 def _hub_offline() -> bool:
@@ -172,8 +194,10 @@ class Student(MethodHeads):
             model_type, config.hidden_dropout, config.attention_dropout))
         check_encoder_only(hf_config, config.encoder)
         h = hf_config.hidden_size
-        super().__init__(config.method, h, config.proj_dim, config.image_dim, config.text_head_dim)
-        self.config = config
+        heads = config.resolved_heads(h)
+        super().__init__(heads)
+        # The resolved heads are saved with the student, so it loads without its method's code.
+        self.config = dataclasses.replace(config, heads=heads)
         self.hidden_size = h
         # fp32 weights whatever the checkpoint dtype: the official runs train in fp32.
         self.encoder = AutoModel.from_pretrained(source, config=hf_config, dtype=torch.float32)

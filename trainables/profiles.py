@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.config import RunConfig, flatten, load_yaml
+from trainables.objectives.methods import DEFAULT_METHOD, default_label, get, setting_names
 
 # A symbolic encoder name keeps config hashes machine-independent; resolved at load time.
 MINILM = "minilm-l6"
@@ -53,6 +54,7 @@ DEMO_RECIPES: dict[str, dict[str, Any]] = {
 }
 
 # Official scripts, BERT-base wiki+flickr (docs/official-code.md §4.4, §5.6, §6.5); paper data under $MMEMB_DATA.
+# A method of your own states its recipes itself (``Method.recipes``, docs/methods.md).
 PAPER_RECIPES: dict[str, dict[str, Any]] = {
     "simcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
     "mcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
@@ -91,6 +93,13 @@ def profile_overrides(profile: str | None) -> tuple[str, dict[str, Any]]:
     raise ValueError(f"unknown profile {profile!r}; use demo, paper or a path to a YAML file")
 
 
+def recipe(method: str, demo: bool) -> dict[str, Any]:
+    """What ``method`` sets on the demo or the paper profile: the tables above, then the
+    method's own ``recipes``."""
+    table = DEMO_RECIPES if demo else PAPER_RECIPES
+    return {**table.get(method, {}), **get(method).recipes.get("demo" if demo else "paper", {})}
+
+
 def build_config(
     profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
 ) -> RunConfig:
@@ -111,20 +120,24 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     """:func:`build_config` over named layers, and for every setting whose resolved value differs
     from ``RunConfig()``'s field default, the layer that set it (``--dry-run --explain``).
 
-    Layers, lowest first: the field default, the method's official value (the objective's
-    resolution), the profile, the method's recipe on that profile, then ``layers`` in order.
+    Layers, lowest first: the field default, the method's own default (its settings class), the
+    profile, the method's recipe on that profile, then ``layers`` in order. A profile serves every
+    method: its ``objective.*`` settings that the run's method does not have are left out.
     """
     name, prof = profile_overrides(profile)
-    merged: dict[str, Any] = dict(prof)
-    origin = dict.fromkeys(prof, f"profile {name}")
     for _, values in layers:
         method = values.get("objective.method", method)
     demo = bool(prof.get("data.demo"))
     if method is None and demo:
-        method = RunConfig().objective.method  # the default run (MCSE) gets its demo lam too
+        method = DEFAULT_METHOD  # the default run (MCSE) gets its demo lam too
+    own = setting_names(method or prof.get("objective.method") or DEFAULT_METHOD)
+    prof = {k: v for k, v in prof.items()
+            if not k.startswith("objective.") or k == "objective.method" or k[10:] in own}
+    merged: dict[str, Any] = dict(prof)
+    origin = dict.fromkeys(prof, f"profile {name}")
     if method is not None:
         merged["objective.method"] = method
-        for k, v in (DEMO_RECIPES if demo else PAPER_RECIPES).get(method, {}).items():
+        for k, v in recipe(method, demo).items():
             if k not in merged:
                 merged[k], origin[k] = v, f"recipe {method} ({name})"
     for layer, values in layers:
@@ -143,17 +156,16 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     for key in ("data.text", "data.pairs", "data.senteval"):
         if isinstance(merged.get(key), str):
             merged[key] = str(Path(merged[key]).expanduser().resolve())
-    # The objective's method defaults are filled in here, once: the hash, MLflow's params and the
-    # run then all see the same numbers (an explicit 0.15 margin and the default are one config).
-    cfg = RunConfig().with_overrides(merged).resolved()
+    # The method's settings hold its values, so the hash, MLflow's params and the run all see the
+    # same numbers (an explicit 0.15 margin and KDMCSE's default are one config).
+    cfg = RunConfig().with_overrides(merged)
     default, got = flatten(RunConfig().to_dict()), flatten(cfg.to_dict())
-    unresolved = flatten(RunConfig().with_overrides(merged).to_dict())
+    label = default_label(cfg.objective.method)
     changed = {}
     for key, value in got.items():
         if value == default.get(key) or key == "data.cache_dir":
             continue
-        changed[key] = origin.get(key) or (
-            "method default (official code)" if unresolved.get(key) != value else "default")
+        changed[key] = origin.get(key) or (label if key.startswith("objective.") else "default")
     return cfg, changed
 
 

@@ -78,6 +78,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     from trainables.arrays.members import slug
     from trainables.arrays.trainer import ArrayTrainer, read_final, write_final
+    from trainables.objectives.methods import ensure_methods
 
     train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
     owner = config.get("owner")
@@ -88,6 +89,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     pg = ray.util.get_current_placement_group()
     pg_id = pg.id.hex() if pg is not None else ""  # named in reports so the driver can free it
+    ensure_methods(config.get("methods") or {})  # a plug-in method this process never imported
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         with ckpt.as_directory() as d:
@@ -163,6 +165,7 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
     from ray.train.torch import TorchTrainer
 
     from trainables.faults import forwarded_env
+    from trainables.objectives.methods import sources
     from trainables.ray_env import cluster_has_gpu
 
     cfg = members[0][1]
@@ -172,6 +175,8 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
         train_loop_per_worker,
         train_loop_config={
             "members": [{"key": k, "run": c.to_dict()} for k, c in members],
+            # where the members' plug-in methods live: the workers load them before the configs
+            "methods": sources({c.objective.method for _, c in members}),
             "threads": max(1, round(cpus)), "owner": owner, "keep_checkpoints": keep_checkpoints,
             "halving": halving, "groups": groups or {},
         },
@@ -200,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of run settings (nested or dotted keys)")
     p.add_argument("--profile", help="demo | paper | FILE.yaml (data, encoder, teachers)")
-    p.add_argument("--method", help="simcse | mcse | kdmcse | dalr (shortcut for objective.method)")
+    p.add_argument("--method", help="a registered method: simcse, mcse, kdmcse, dalr or one of "
+                                    "--methods (shortcut for objective.method)")
+    p.add_argument("--methods", nargs="+", default=[], metavar="FILE.py|MODULE",
+                   help="load methods of your own first (docs/methods.md)")
     p.add_argument("--storage", default="runs/ray", help="Ray storage path for checkpoints")
     p.add_argument("--address", help="Ray address to join (default: embedded local Ray)")
     p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts on failure")
@@ -210,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainables.ray_env import init_ray, root_cause, storage_uri
 
     try:
+        from trainables.objectives.methods import load_methods
+
+        load_methods(args.methods)
         overrides = load_yaml(args.config) if args.config else {}
         overrides.update(parse_cli_overrides(args.overrides))
         cfg = build_config(args.profile, args.method, overrides)

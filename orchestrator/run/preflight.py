@@ -77,7 +77,7 @@ def check_models(members: Sequence[RunPlan]) -> str:
     names: dict[str, tuple[str, str]] = {}
     for m in members:
         names.setdefault(m.run.encoder, (f"cell {m.cell!r}: encoder", m.run.data.cache_dir))
-        if m.run.objective.method == "dalr":
+        if m.run.needs.text_teachers:
             for t in m.run.text_teachers:
                 names.setdefault(t, (f"cell {m.cell!r}: text teacher", m.run.data.cache_dir))
     for name, (what, cache) in names.items():
@@ -116,6 +116,16 @@ def check_encoders(members: Sequence[RunPlan]) -> list[str]:
         lines.append(f"encoder {name}: {note}" if note else
                      f"encoder {name}: {cfg.model_type}, trained as stacked arrays")
     return lines
+
+
+def check_methods(members: Sequence[RunPlan]) -> str:
+    """Which methods the runs use, and where Ray workers load those not shipped with mmemb."""
+    from trainables.objectives.methods import sources
+
+    used = sorted({m.run.objective.method for m in members})
+    own = sources(used)
+    where = "; ".join(f"{n} from {file or module}" for n, (module, file) in sorted(own.items()))
+    return f"methods: {', '.join(used)}" + (f" ({where}, loaded by every worker)" if own else "")
 
 
 def check_resources(opts: Options) -> str:
@@ -160,10 +170,11 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     from trainables.arrays.members import array_key
     from trainables.data import check_dims, load_data, threshold_sample
     from trainables.evaluation import check_senteval
+    from trainables.objectives.methods import method_of
     from trainables.schedule import count_steps
 
     cfg = m.run
-    dkey = json.dumps([cfg.to_dict()["data"], cfg.objective.method == "simcse"], sort_keys=True)
+    dkey = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
     if dkey not in opened:
         opened[dkey] = data = load_data(cfg)
         if data.pairs is not None:
@@ -186,8 +197,8 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
         check_dims(cfg, data)
         sample = threshold_sample(cfg, data)
         if sample is not None:
-            o = cfg.objective
-            lines.append(f"cell {m.cell!r}: threshold {o.threshold:g} ({o.threshold_on}) masks "
+            f = method_of(cfg.objective).negative_filter(cfg.objective)
+            lines.append(f"cell {m.cell!r}: threshold {f.threshold:g} ({f.on}) masks "
                          f"{sample.masked:.1%} of {sample.n_pairs} sampled negatives (mean "
                          f"norms clip_text {sample.text_norm:.3g}, image {sample.image_norm:.3g})")
     counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)
@@ -205,6 +216,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     lines = list(checked)
     cells = sorted({m.cell for m in members})
     lines.append(f"run configs: {len(members)} built and valid ({len(cells)} cells or configurations)")
+    lines.append(check_methods(members))
     uri = opts.tracking_uri or default_tracking_uri()
     check_tracking_uri(uri, "--tracking-uri" if opts.tracking_uri else "the default tracking store")
     lines.append(f"tracking {uri}: scheme known, store reachable or creatable")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,15 +56,29 @@ def _entry(name: str, kind: str) -> Any:
 
 
 def _from_file(path: str, attr: str) -> Any:
-    p = Path(path)
+    """``attr`` of a user's file. The file's folder is on the import path while it runs, so it may
+    import a method defined beside it (``import my_method``), as a script would; the module stays
+    in ``sys.modules``, so a method it defines itself can be found again by a Ray worker
+    (``trainables.objectives.methods``)."""
+    p = Path(path).resolve()
     if not p.is_file():
-        raise ValueError(f"file {p} does not exist; pass a name (see --list) or an existing .py file")
-    spec = importlib.util.spec_from_file_location(f"_mmemb_user_{p.stem}", p)
+        raise ValueError(f"file {path} does not exist; pass a name (see --list) or an existing .py file")
+    name = f"_mmemb_user_{p.stem}"
+    spec = importlib.util.spec_from_file_location(name, p)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    folder = str(p.parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(mod)  # type: ignore[union-attr]
     except (ValueError, TypeError, ImportError, SyntaxError, NameError, AttributeError) as e:
-        raise ValueError(f"{p}: {e}; fix that file") from None
+        sys.modules.pop(name, None)
+        raise ValueError(f"{path}: {e}; fix that file") from None
+    finally:
+        if added:
+            sys.path.remove(folder)
     if not hasattr(mod, attr):
         kind = "Grid" if attr == "GRID" else "SearchSpace"
         raise ValueError(f"{p} defines no {attr}; declare {attr} = {kind}(...) as search_spaces/ do")

@@ -54,9 +54,11 @@ def _check_teachers(cfg: Any) -> None:
     # The loop checks this only when it loads the teachers, i.e. minutes into a run.
     if cfg is None:  # a custom ``build`` that only checks overrides
         return
-    n, w = len(cfg.text_teachers), len(cfg.objective.teacher_weights)
-    if cfg.objective.method == "dalr" and n != w:
-        raise ValueError(f"{n} text_teachers but {w} objective.teacher_weights; give one weight per teacher")
+    needs = cfg.needs
+    n = len(cfg.text_teachers)
+    if needs.text_teachers and needs.teacher_weights is not None and n != len(needs.teacher_weights):
+        raise ValueError(f"{n} text_teachers but {len(needs.teacher_weights)} "
+                         "objective.teacher_weights; give one weight per teacher")
 
 
 def validate_space(space: SearchSpace, samples: int = 4,

@@ -2,15 +2,19 @@
 
 The cases are generated from the dataclass fields: a new field without a check, or with a check
 that lets NaN, infinity, zero, a negative or a wrong type through where it must not, fails here.
+The objective's settings are walked for every registered method: the built-in ones, the worked
+example's (examples/softground.py) and a test plug-in's (tests/trainables/plugin_method.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
+import tests.trainables.plugin_method  # noqa: F401  (registers "auxhead")
 from trainables.checks import (
     POSITIVE,
     Choice,
@@ -23,26 +27,44 @@ from trainables.checks import (
     setting,
 )
 from trainables.config import RunConfig
+from trainables.objectives.methods import get, load_methods, names
 
-FIELDS = leaf_fields(RunConfig)
+load_methods([str(Path(__file__).resolve().parents[2] / "examples" / "softground.py")])
+METHODS = names()
+FIELDS = [(None, k, c) for k, c in leaf_fields(RunConfig) if not k.startswith("objective.")] + [
+    (m, k, c) for m in METHODS for k, c in leaf_fields(get(m).settings, "objective.")]
 BASE = {"data.demo": True}  # the demo needs no data paths, so only the bad value can fail
 
 
 def test_every_field_of_every_config_declares_a_check():
-    keys = [k for k, _ in FIELDS]
-    assert "lr" in keys and "objective.lam" in keys and "data.demo_dim" in keys
-    assert len(keys) == len(set(keys)) > 50
+    assert {"simcse", "mcse", "kdmcse", "dalr", "softground", "auxhead"} <= set(METHODS)
+    keys = [(m, k) for m, k, _ in FIELDS]
+    assert (None, "lr") in keys and ("mcse", "objective.lam") in keys
+    assert ("dalr", "objective.use_rank") in keys and ("softground", "objective.alpha") in keys
+    assert (None, "data.demo_dim") in keys
+    assert len(keys) == len(set(keys)) > 80
+    assert {m for m, _ in keys} == {None, *METHODS}  # every method has settings walked
 
 
-CASES = [(key, bad) for key, chk in FIELDS for bad in chk.bad_values()]
+CASES = [(m, key, bad) for m, key, chk in FIELDS for bad in chk.bad_values()]
 
 
-@pytest.mark.parametrize(("key", "bad"), CASES, ids=[f"{k}={b!r}" for k, b in CASES])
-def test_each_setting_refuses_its_bad_values_in_one_line(key, bad):
+@pytest.mark.parametrize(("method", "key", "bad"), CASES,
+                         ids=[f"{m or 'run'}:{k}={b!r}" for m, k, b in CASES])
+def test_each_setting_refuses_its_bad_values_in_one_line(method, key, bad):
+    over = {**BASE, key: bad} if method is None else {**BASE, "objective.method": method, key: bad}
     with pytest.raises(ValueError) as e:
-        RunConfig().with_overrides({**BASE, key: bad})
+        RunConfig().with_overrides(over)
     msg = str(e.value)
     assert "\n" not in msg and key.split(".")[-1] in msg, msg
+
+
+@pytest.mark.parametrize("bad", ["no-such-method", 1.0, None, ""])
+def test_an_unknown_method_is_refused_in_one_line_naming_the_known_ones(bad):
+    with pytest.raises(ValueError) as e:
+        RunConfig().with_overrides({**BASE, "objective.method": bad})
+    msg = str(e.value)
+    assert "\n" not in msg and "objective.method" in msg and "kdmcse" in msg, msg
 
 
 def test_the_defaults_and_the_demo_pass_their_checks():

@@ -24,8 +24,7 @@ def ray_session():
 
 
 def tiny(tiny_bert, tmp_path, method="mcse", **over):
-    base = {"encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
-            "objective.teacher_weights": [1.0], "data.demo_dim": 32,
+    base = {"encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)], "data.demo_dim": 32,
             "data.cache_dir": str(tmp_path / "cache"), "batch_size": 8, "max_steps": 6,
             "eval_every": 3, "eval_batch_size": 64}
     base.update(over)

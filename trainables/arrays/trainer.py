@@ -1,12 +1,13 @@
 """The training loop of an array: M runs trained together, each exactly as it would train alone.
 
 Per member, exactly as one run of the official recipe: its own data order (its seed's batch
-schedule), dropout stream, head init, objective and hyperparameters, AdamW state, gradient
-clipping and linear LR decay, STS-B dev Spearman every ``eval_every`` steps and at the last
+schedule), dropout stream, head init (the heads its method declares), objective (any registered
+method: built-in or a plug-in) and hyperparameters, AdamW state, gradient clipping and linear LR
+decay, STS-B dev Spearman every ``eval_every`` steps and at the last
 step, the best weights kept when *strictly* better (best starts at 0), and the final seven-task
 evaluation of those best weights. Shared, and done once: the encoder's forward and backward (one
-batched pass over every member's batch), a DALR text teacher's forward over all the members that
-use it, the tokenised dev and test sentences. An encoder the stacked one cannot express
+batched pass over every member's batch), a text teacher's forward over all the members that use
+it, the tokenised dev and test sentences. An encoder the stacked one cannot express
 (DistilBERT, MPNet, ...) runs through ``looped.py``: one Hugging Face model per member, the rest
 of the loop unchanged, and one printed line saying why it is slower.
 
@@ -45,10 +46,11 @@ from trainables.corpus import Tokenize
 from trainables.data import Batch, TrainingData, check_dims, load_data
 from trainables.evaluation import DevEvaluator, evaluate_sts_many
 from trainables.faults import maybe_inject
-from trainables.heads import MethodHeads, simcse_mlp
+from trainables.heads import RESERVED, MethodHeads, simcse_mlp
 from trainables.mlflow_model import DATA, write_mlflow_model
 from trainables.model import Student, StudentConfig, max_positions
-from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective, masked_fraction
+from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
+from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
 from trainables.profiles import resolve_encoder
 from trainables.schedule import BatchSchedule
 
@@ -56,8 +58,9 @@ Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
 FINAL_FILE = "final.json"
 FULLY_MASKED_STOP = 3
-"""caption batches in a row whose every negative the threshold filter masked before the member
-is stopped: its grounding terms are then exactly 0, so it would silently train without them"""
+"""caption batches in a row whose every negative the method's false-negative filter masked before
+the member is stopped: its grounding terms are then exactly 0, so it would silently train without
+them"""
 
 
 class Member:
@@ -65,10 +68,13 @@ class Member:
 
     def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
         self.key, self.cfg = key, cfg
-        if not cfg.objective.is_resolved:  # plans resolve once (trainables.profiles.build_config)
-            raise ValueError(f"member {key}: its objective settings are not resolved; build its "
+        if not isinstance(cfg.objective, Settings):
+            raise ValueError(f"member {key}: its objective is not a method's settings; build its "
                              "config with build_config or RunConfig.resolved()")
-        self.objective: ObjectiveConfig = cfg.objective
+        self.objective: Settings = cfg.objective
+        self.method = method_of(cfg.objective)
+        self.needs = self.method.needs(cfg.objective)
+        self.filter = self.method.negative_filter(cfg.objective)
         self.data = data
         self.teachers = None
         self.teacher_columns: tuple[str, ...] = ()
@@ -81,8 +87,7 @@ class Member:
 
     @property
     def needs_teachers(self) -> bool:
-        o = self.objective
-        return o.method == "dalr" and (o.use_cma or o.use_ima or o.use_rank or o.use_g2l)
+        return self.needs.text_teachers
 
 
 class ArrayTrainer:
@@ -118,15 +123,15 @@ class ArrayTrainer:
         """why this array trains slower than a stacked one, or None (printed once, here)"""
         if self.note and rank == 0:
             print(self.note, flush=True)
-        self.student_configs = [self._student_config(m, source) for m in self.members]
+        self.student_configs = [self._student_config(m, source, encoder.hidden_size)
+                                for m in self.members]
         mlps, heads = [], []
         for m, sc in zip(self.members, self.student_configs, strict=True):
             with torch.random.fork_rng(devices=[]):  # each member's heads from its own seed
                 torch.manual_seed(derived_seed(m.cfg.seed, "init"))
                 mlps.append(simcse_mlp(encoder.hidden_size,
                                        getattr(encoder.hf_config, "initializer_range", 0.02)))
-                heads.append(MethodHeads(sc.method, encoder.hidden_size, sc.proj_dim,
-                                         sc.image_dim, sc.text_head_dim))
+                heads.append(MethodHeads(sc.heads))
         self.model = ArrayModel(encoder, mlps, heads).to(self.device)
         self._build_teachers()
         self.optimizer = ArrayAdamW(
@@ -154,7 +159,7 @@ class ArrayTrainer:
         cache: dict[str, TrainingData] = {}
         out = []
         for cfg in cfgs:
-            key = json.dumps([cfg.to_dict()["data"], cfg.objective.method == "simcse"], sort_keys=True)
+            key = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
             if key not in cache:
                 cache[key] = load_data(cfg)
             check_dims(cfg, cache[key])
@@ -162,13 +167,19 @@ class ArrayTrainer:
         return out
 
     @staticmethod
-    def _student_config(m: Member, source: str) -> StudentConfig:
-        clip_text_dim = m.data.clip_text_dim if m.objective.clip_text_term else None
-        return StudentConfig(encoder=source, method=m.objective.method, proj_dim=m.cfg.proj_dim,
-                             image_dim=m.data.image_dim, clip_text_dim=clip_text_dim)
+    def _student_config(m: Member, source: str, hidden: int) -> StudentConfig:
+        """The member's student: its method's heads at its own settings and the store's dims."""
+        clip_text_dim = m.data.clip_text_dim if m.needs.clip_text else None
+        dims = HeadDims(hidden, m.cfg.proj_dim, m.data.image_dim, clip_text_dim)
+        try:
+            heads = resolve_heads(m.method.heads(m.objective, dims), dims, RESERVED)
+        except ValueError as e:
+            raise ValueError(f"member {m.key} (method {m.method.name!r}): {e}") from None
+        return StudentConfig(encoder=source, method=m.method.name, proj_dim=m.cfg.proj_dim,
+                             image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
 
     def _build_teachers(self) -> None:
-        """DALR text teachers, one frozen model per distinct path, shared by every member using it."""
+        """Text teachers, one frozen model per distinct path, shared by every member using it."""
         from trainables.teachers import TeacherEnsemble, TextTeacher
 
         loaded: dict[str, TextTeacher] = {}
@@ -177,18 +188,19 @@ class ArrayTrainer:
             if not m.needs_teachers:
                 continue
             paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
-            if len(paths) != len(m.objective.teacher_weights):
+            weights = m.needs.teacher_weights or (1.0,) * len(paths)
+            if len(paths) != len(weights):
                 raise ValueError(
-                    f"{len(paths)} text teachers but {len(m.objective.teacher_weights)} teacher_weights; "
+                    f"{len(paths)} text teachers but {len(weights)} teacher_weights; "
                     "give one weight per teacher (objective.teacher_weights)"
                 )
             for p in paths:
                 if p not in loaded:
                     loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
-            m.teachers = TeacherEnsemble([loaded[p] for p in paths], m.objective.teacher_weights)
-            # Stored [CLS] columns replace the teachers' forward pass unless g2l needs token states.
+            m.teachers = TeacherEnsemble([loaded[p] for p in paths], weights)
+            # Stored [CLS] columns replace the teachers' forward pass unless token states are needed.
             stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
-            if not m.objective.use_g2l and all(c in stored for c in m.teachers.columns):
+            if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
                 m.teacher_columns = tuple(m.teachers.columns)
 
     # --- one step -------------------------------------------------------------------------
@@ -248,9 +260,9 @@ class ArrayTrainer:
                     image=b.image if kind == "pair" else None, clip_text=b.clip_text)
                 teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
                 terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
-                o = m.objective
-                if teacher is not None and o.threshold is not None and o.method != "simcse":
-                    masked[j] = masked_fraction(b.image, b.clip_text, o.threshold, o.threshold_on)
+                f = m.filter
+                if teacher is not None and f is not None:
+                    masked[j] = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
                 if m.record.config_hash in poisoned:
                     terms["total"] = terms["total"] * float("nan")
                 all_terms.append(terms)
@@ -278,7 +290,7 @@ class ArrayTrainer:
     def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
         embs, local = (b.text_teachers, ()) if computed is None else computed
         return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
-                             text_teacher_local=local if m.objective.use_g2l else ())
+                             text_teacher_local=local if m.needs.teacher_tokens else ())
 
     def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
                  step: int) -> dict[int, str]:
@@ -309,15 +321,15 @@ class ArrayTrainer:
                           "precision=fp32")
             pos += len(ks)
         for j, frac in zip(sorted(masked), vals[pos:], strict=True):
-            r, o = self.alive[j].record, self.alive[j].objective
+            r, f = self.alive[j].record, self.alive[j].filter
             r.masked.append(frac)
             r.fully_masked_run = r.fully_masked_run + 1 if frac >= 1.0 else 0
             if r.fully_masked_run >= FULLY_MASKED_STOP and j not in out:
                 out[j] = (f"the threshold filter masked every negative in {FULLY_MASKED_STOP} caption "
-                          f"batches in a row (threshold {o.threshold} on {o.threshold_on} scores of the "
+                          f"batches in a row (threshold {f.threshold} on {f.on} scores of the "
                           "stored features), so both grounding terms are exactly 0 (config "
-                          f"{r.config_hash}); use objective.threshold_on=cosine, a higher threshold, "
-                          "or objective.threshold=none")
+                          f"{r.config_hash}); use {f.on_setting}=cosine, a higher threshold, "
+                          f"or {f.setting}=none")
         return out
 
     def _drop(self, bad: dict[int, str]) -> None:

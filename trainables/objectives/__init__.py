@@ -1,19 +1,20 @@
-"""Objectives of SimCSE, MCSE, KDMCSE and DALR: pure loss math (torch only) and its composition.
+"""Objectives as methods: pure loss math (torch only), one module per method, and the method API.
 
+- ``methods``: the method API (what a method declares: settings, needs, heads, terms) and the
+  registry (built-ins, a user's file or module, installed packages' entry points).
 - ``core``: pieces every method shares (cosines, ArcSim margins, InfoNCE, threshold filter).
-- ``kdmcse``: KDMCSE's two grounding terms.
-- ``dalr``: DALR's terms and teacher combinations.
-- ``composition``: ``ObjectiveConfig`` and ``compute_objective``, which add the terms up per method.
+- ``simcse``, ``mcse``, ``kdmcse``, ``dalr``: the built-in methods, each its settings (defaults =
+  the official code's values), needs, heads and terms as pure functions.
+- ``composition``: ``compute_objective`` for any method, and ``ObjectiveConfig``, the flat config
+  of the four built-in methods kept for scripts.
 
-The submodules import each other directly (core <- kdmcse, dalr <- composition), never through
-this package, which only re-exports their public names.
+The submodules import each other directly, never through this package, which only re-exports
+their public names.
 """
 
 from trainables.objectives.composition import (
     METHODS,
     ObjectiveConfig,
-    StudentOutputs,
-    TeacherInputs,
     compute_objective,
 )
 from trainables.objectives.core import (
@@ -34,6 +35,7 @@ from trainables.objectives.core import (
 )
 from trainables.objectives.dalr import (
     G2L_MASK,
+    DALRSettings,
     dalr_cma_loss,
     dalr_consistency_loss,
     dalr_global_local_loss,
@@ -44,13 +46,39 @@ from trainables.objectives.dalr import (
     kl_distillation_loss,
     listmle_loss,
 )
-from trainables.objectives.kdmcse import kdmcse_grounding_terms, masked_fraction
+from trainables.objectives.kdmcse import KDMCSESettings, kdmcse_grounding_terms, masked_fraction
+from trainables.objectives.mcse import MCSESettings
+from trainables.objectives.methods import (
+    Head,
+    HeadDims,
+    Method,
+    Needs,
+    NegativeFilter,
+    Settings,
+    StoreView,
+    StudentOutputs,
+    TeacherInputs,
+    load_methods,
+    register,
+)
+from trainables.objectives.simcse import SimCSESettings
 
 __all__ = [
     "FALSE_NEGATIVE_BIAS",
     "G2L_MASK",
     "METHODS",
+    "DALRSettings",
+    "Head",
+    "HeadDims",
+    "KDMCSESettings",
+    "MCSESettings",
+    "Method",
+    "NegativeFilter",
+    "Needs",
     "ObjectiveConfig",
+    "Settings",
+    "SimCSESettings",
+    "StoreView",
     "StudentOutputs",
     "TeacherInputs",
     "adapacse_loss",
@@ -70,11 +98,13 @@ __all__ = [
     "frozen_cosine",
     "frozen_dot",
     "kdmcse_grounding_terms",
-    "masked_fraction",
     "kl_distillation_loss",
     "listmle_loss",
+    "load_methods",
+    "masked_fraction",
     "mcse_grounding_loss",
     "no_autocast",
+    "register",
     "safe_acos",
     "simcse_loss",
     "threshold_bias",

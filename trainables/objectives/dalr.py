@@ -1,29 +1,60 @@
-"""DALR's loss terms and teacher combinations as pure tensor functions (torch only).
+"""DALR (ACL Findings 2025): its loss terms and teacher combinations as pure tensor functions,
+and the method that adds them up.
 
 Each function follows ``Hekang001/DALR`` ``model_modified.py::MCSE.compute_loss`` at c53e1fc
 (docs/official-code.md §6.2-§6.3), quirks included, with keywords for the DALR paper's reading
-where it differs.
+where it differs. The method (:class:`DALR`, registered as ``dalr``) totals them:
+
+- code reading (default): total = text + lam * cross + mu * intra,
+  cross = consistency_weight * consistency + cma + info, intra = ima + rank + g2l;
+- ``paper_reading`` (Eq. 14): total = text + info + lam * (consistency + cma) + mu * (ima + rank):
+  L_Info leaves the lam bracket, consistency is unweighted, g2l (code only) is not computed;
+  "cross" and "intra" then hold L_CML and L_IML.
+
+A switched-off term is absent from the dict and the total; an empty ``text_teacher_local`` gives
+g2l = 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from trainables.checks import NON_NEGATIVE, POSITIVE, Choice, Each, Flag, Number, count, setting
 from trainables.objectives.core import (
+    adapacse_loss,
     angular_margin_logits,
     at_least_f32,
+    diagonal_cross_entropy,
     frozen,
     frozen_cosine,
     no_autocast,
+)
+from trainables.objectives.kdmcse import margin_settings
+from trainables.objectives.methods import (
+    ANGLE,
+    Head,
+    HeadDims,
+    Method,
+    Needs,
+    Settings,
+    StoreView,
+    StudentOutputs,
+    TeacherInputs,
+    need,
+    register,
 )
 
 G2L_MASK = 10000.0
 """``in_batch_g2l_loss`` constant for excluded entries (padding positives, self/padding negatives)."""
 _COS_EMB_EPS = 1e-12
 """``nn.CosineEmbeddingLoss`` adds this to both squared norms."""
+ALIGN_DIM = 256
+"""DALR consistency module's ``sim_dim``: fixed at 256 in the code, independent of proj_dim."""
 
 
 def _check_weights(what: str, tensors: Sequence[torch.Tensor], weights: Sequence[float]) -> None:
@@ -244,3 +275,198 @@ def dalr_global_local_loss(
         lse_neg = torch.logsumexp(neg.reshape(n, n * k), dim=1, keepdim=True)
         loss = torch.logaddexp(pos, lse_neg) - pos
         return (loss.sum(dim=1) / real.sum(dim=1).to(loss.dtype)).mean()
+
+
+# ------------------------------------------------------------------------------ the method
+@dataclass(frozen=True)
+class DALRSettings(Settings):
+    """DALR: the official scripts' values (docs/official-code.md §6.5)."""
+
+    temperature: float = setting(0.05, POSITIVE)
+    """tau of the text-text InfoNCE and of the student matrices (0.05)"""
+    temperature_vl: float = setting(0.05, POSITIVE)
+    """tau' of L_Info (0.05)"""
+    lam: float = setting(0.1, NON_NEGATIVE)
+    """lambda: weight of the cross-modal part 'cross' (0.1)"""
+    mu: float = setting(0.2, NON_NEGATIVE)
+    """mu: weight of the intra-modal part 'intra' (0.2)"""
+    text_margin: float = setting(0.18, ANGLE)
+    """m1: fixed angular margin on text-text negatives (0.18)"""
+    grounding_margin: float = setting(0.18, ANGLE)
+    """m2: AdapACSE margin of L_Info (0.18; 0 = plain InfoNCE)"""
+    adaptive_margin: bool = setting(True, Flag())
+    """AdapACSE in L_Info; off = plain InfoNCE"""
+    use_info: bool = setting(True, Flag())
+    """L_Info (code: AdapACSE image grounding, 'L_cross')"""
+    use_consistency: bool = setting(True, Flag())
+    """L_cons"""
+    use_cma: bool = setting(True, Flag())
+    """L_CMA"""
+    use_ima: bool = setting(True, Flag())
+    """L_IMA"""
+    use_rank: bool = setting(True, Flag())
+    """L_rank (ListMLE)"""
+    use_g2l: bool = setting(True, Flag())
+    """global-local token InfoNCE (code only, not in the paper)"""
+    consistency_weight: float = setting(0.01, NON_NEGATIVE)
+    consistency_margin: float = setting(0.2, Number(-1, 1, hint="a cosine margin"))
+    consistency_shift: int = setting(5, count(1, "images rolled by this many rows"))
+    kl_student_temperature: float = setting(0.45, POSITIVE)
+    kl_teacher_temperature: float = setting(0.5, POSITIVE)
+    teacher_weights: tuple[float, ...] = setting((0.33, 0.67), Each(NON_NEGATIVE))
+    """weights of the text teachers (SimCSE 0.33, DiffCSE 0.67), one per ``text_teachers``"""
+    teacher_temperature: float = setting(0.05, POSITIVE)
+    rank_eps: float = setting(1e-7, POSITIVE)
+    paper_reading: bool = setting(False, Flag())
+    """True: Eq. 14 as printed (module docstring)"""
+    rank_gamma: float = setting(1.0, NON_NEGATIVE)
+    """gamma: ListMLE weight inside 'rank' (DALR scripts: 1.0)"""
+    g2l_normalize: str = setting("tokens", Choice(("tokens", "features")))
+    """'tokens': the code's token-axis normalisation of Local_T; 'features': per-token vectors"""
+
+
+def dalr_loss(s: DALRSettings, out: StudentOutputs, teacher: TeacherInputs,
+              generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """Every DALR term of a caption batch, "cross", "intra" and "total" (module docstring)."""
+    z1, z2, w = out.z1, out.z2, s.teacher_weights
+    text_logits = angular_margin_logits(z1, z2, s.temperature, s.text_margin)
+    text = diagonal_cross_entropy(text_logits)
+    kl = {"student_temperature": s.kl_student_temperature,
+          "teacher_temperature": s.kl_teacher_temperature}
+    terms: dict[str, torch.Tensor] = {"text": text}
+    if (s.use_cma or s.use_ima or s.use_rank) and not teacher.text_teachers:
+        raise ValueError(
+            "DALR's cma/ima/rank need TeacherInputs.text_teachers (one [CLS] embedding per "
+            "text teacher); pass them or set use_cma/use_ima/use_rank=False"
+        )
+    f_t = None
+    if s.use_cma or s.use_ima:
+        f_t = dalr_teacher_embedding(teacher.text_teachers, w)
+    if s.use_consistency:
+        ta, ia = need(out, "DALR consistency", "text_aligned", "image_aligned")
+        terms["consistency"] = dalr_consistency_loss(
+            ta, ia, s.consistency_margin, s.consistency_shift
+        )
+    if s.use_cma:
+        terms["cma"] = dalr_cma_loss(
+            z1, teacher.image, f_t, s.text_margin, temperature=s.temperature, **kl
+        )
+    if s.use_info:
+        p1, p2, v = need(out, "DALR info", "p1", "p2", "v")
+        adaptive = s.adaptive_margin and s.grounding_margin > 0
+        vv = frozen_cosine(teacher.image, teacher.image) if adaptive else None
+        terms["info"] = adapacse_loss(
+            p1, p2, v, vv, s.grounding_margin if adaptive else 0.0, s.temperature_vl
+        )
+    if s.use_ima:
+        terms["ima"] = dalr_ima_loss(z1, z2, f_t, s.text_margin, temperature=s.temperature, **kl)
+    if s.use_rank:
+        s_t = dalr_teacher_scores(teacher.text_teachers, w, s.teacher_temperature)
+        terms["rank"] = s.rank_gamma * listmle_loss(
+            text_logits, s_t, s.rank_eps, generator=generator
+        )
+    if s.use_g2l and not s.paper_reading:
+        if teacher.text_teacher_local:
+            mask = need(out, "DALR g2l", "attention_mask")[0][:, 1:]  # the code drops [CLS]
+            local = dalr_teacher_local(teacher.text_teacher_local, w)
+            terms["g2l"] = dalr_global_local_loss(
+                local, z1, mask, temperature=s.temperature, normalize=s.g2l_normalize
+            )
+        else:
+            terms["g2l"] = z1.new_zeros(())
+
+    def total(*names: str, weights: dict[str, float] | None = None) -> torch.Tensor:
+        weights = weights or {}
+        return sum((weights.get(n, 1.0) * terms[n] for n in names if n in terms), z1.new_zeros(()))
+
+    if s.paper_reading:
+        cross = total("consistency", "cma")
+        intra = total("ima", "rank")
+        grand = text + total("info") + s.lam * cross + s.mu * intra
+    else:
+        cross = total("consistency", "cma", "info", weights={"consistency": s.consistency_weight})
+        intra = total("ima", "rank", "g2l")
+        grand = text + s.lam * cross + s.mu * intra
+    terms.update(cross=cross, intra=intra, total=grand)
+    return terms
+
+
+def describe_dalr(s: DALRSettings) -> dict[str, Any]:
+    """The settings DALR's loss really uses: a switched-off term takes its settings along, and
+    lam / mu appear only when their bracket holds a term."""
+    paper = s.paper_reading
+    names = ("consistency", "cma", "info", "ima", "rank") + (() if paper else ("g2l",))
+    on = {n: getattr(s, f"use_{n}") for n in names}
+    out: dict[str, Any] = {"method": "dalr", "temperature": s.temperature,
+                           "text_margin": s.text_margin}
+    out.update({f"use_{n}": v for n, v in on.items()})
+    # lam and mu weigh brackets (module docstring); info leaves lam's bracket in the paper
+    if any(on[n] for n in ("consistency", "cma") + (() if paper else ("info",))):
+        out["lam"] = s.lam
+    if any(on.get(n) for n in ("ima", "rank", "g2l")):
+        out["mu"] = s.mu
+    out["paper_reading"] = paper
+    if on["consistency"]:
+        if not paper:
+            out["consistency_weight"] = s.consistency_weight
+        out.update(consistency_margin=s.consistency_margin, consistency_shift=s.consistency_shift)
+    if on["info"]:
+        out.update(temperature_vl=s.temperature_vl, **margin_settings(s))
+    if on["cma"] or on["ima"]:
+        out.update(kl_student_temperature=s.kl_student_temperature,
+                   kl_teacher_temperature=s.kl_teacher_temperature)
+    if on["rank"]:
+        out.update(teacher_temperature=s.teacher_temperature, rank_gamma=s.rank_gamma,
+                   rank_eps=s.rank_eps)
+    if on.get("g2l"):
+        out["g2l_normalize"] = s.g2l_normalize
+    if any(on.get(n) for n in ("cma", "ima", "rank", "g2l")):
+        out["teacher_weights"] = s.teacher_weights
+    return out
+
+
+@register
+class DALR(Method):
+    """DALR's consistency, CMA, Info, IMA, rank and global-local terms (module docstring)."""
+
+    name = "dalr"
+    settings = DALRSettings
+    defaults_from = "official code"
+
+    def needs(self, s: DALRSettings) -> Needs:
+        teachers = s.use_cma or s.use_ima or s.use_rank or s.use_g2l
+        return Needs(image=True, text_teachers=teachers, teacher_tokens=s.use_g2l,
+                     teacher_weights=s.teacher_weights if teachers else None)
+
+    def heads(self, s: DALRSettings, dims: HeadDims) -> dict[str, Head]:
+        # All four whatever the switches, as the code builds them (the init order stays the
+        # code's); the aligners take z1 and the raw image feature, both at width h (§6.1).
+        return {"grounding": Head("cls", dims.proj_dim, into=("p1", "p2")),
+                "image_head": Head("image", dims.proj_dim, into=("v",)),
+                "text_aligner": Head("z1", ALIGN_DIM, kind="aligner", normalize=False,
+                                     into=("text_aligned",), width=dims.hidden),
+                "image_aligner": Head("image", ALIGN_DIM, kind="aligner", normalize=False,
+                                      into=("image_aligned",), width=dims.hidden)}
+
+    def caption_loss(self, s: DALRSettings, out: StudentOutputs, teacher: TeacherInputs, *,
+                     generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        return dalr_loss(s, out, teacher, generator)
+
+    def validate(self, s: DALRSettings) -> None:
+        if not any(s.teacher_weights):
+            raise ValueError(f"objective.teacher_weights={s.teacher_weights}: at least one "
+                             "teacher needs a weight > 0")
+
+    def describe(self, s: DALRSettings) -> dict[str, Any]:
+        return describe_dalr(s)
+
+    def check_data(self, s: DALRSettings, store: StoreView) -> None:
+        if not s.use_cma or store.image_dim is None:
+            return
+        if store.image_dim != store.hidden:
+            raise ValueError(
+                f"the store's {store.image_column!r} features are {store.image_dim}-d but DALR's "
+                f"CMA compares them with the student's {store.hidden}-d embedding; use an image "
+                "teacher of that size (CLIP ViT-L/14 is 768-d, as BERT-base) or set "
+                "objective.use_cma=false"
+            )

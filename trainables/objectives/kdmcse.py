@@ -1,14 +1,42 @@
-"""KDMCSE's two grounding terms (L_v, L_t) as a pure tensor function (torch only).
+"""KDMCSE: its two grounding terms (L_v, L_t) as pure tensor functions, and the method.
 
-How they are combined (a sum in the code, an average in KDMCSE paper Eq. 14) is the composition's
-business (``trainables.objectives.composition``), so it is written once.
+The method (:class:`KDMCSE`, registered as ``kdmcse``) adds the terms up: text + lam * inter,
+inter = L_v + L_t in the code, (L_v + L_t) / 2 in KDMCSE paper Eq. 14 (``paper_reading``). MCSE
+is the same grounding without the margin, the CLIP-text term and the filter, so its method
+(``trainables.objectives.mcse``) reuses :class:`GroundingSettings`, :func:`grounding_loss` and
+:func:`check_grounding_store` with its own defaults (docs/official-code.md §4.2, §5.3).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-from trainables.objectives.core import adapacse_loss, frozen_cosine, frozen_dot, threshold_bias
+from trainables.checks import FINITE, NON_NEGATIVE, POSITIVE, Choice, Flag, Optional, setting
+from trainables.objectives.core import (
+    adapacse_loss,
+    angular_margin_logits,
+    diagonal_cross_entropy,
+    frozen_cosine,
+    frozen_dot,
+    threshold_bias,
+)
+from trainables.objectives.methods import (
+    ANGLE,
+    Head,
+    HeadDims,
+    Method,
+    Needs,
+    NegativeFilter,
+    Settings,
+    StoreView,
+    StudentOutputs,
+    TeacherInputs,
+    need,
+    register,
+)
 
 
 def kdmcse_grounding_terms(
@@ -74,3 +102,146 @@ def masked_fraction(clip_image: torch.Tensor, clip_text: torch.Tensor, threshold
         return s.new_zeros(())
     off = ~torch.eye(n, dtype=torch.bool, device=s.device)
     return (s > threshold)[off].float().mean()
+
+
+# ------------------------------------------------------------------------------ the method
+@dataclass(frozen=True)
+class GroundingSettings(Settings):
+    """Settings of MCSE-style grounding (MCSE and KDMCSE; defaults here are KDMCSE's)."""
+
+    temperature: float = setting(0.05, POSITIVE)
+    """tau of the text-text InfoNCE (all repos: 0.05)"""
+    temperature_vl: float = setting(0.05, POSITIVE)
+    """tau' of the grounding terms (all repos: 0.05)"""
+    lam: float = setting(0.01, NON_NEGATIVE)
+    """lambda: weight of the grounding part (official 0.01)"""
+    text_margin: float = setting(0.15, ANGLE)
+    """m1: fixed angular margin on text-text negatives (KDMCSE 0.15; 0 = plain cosine)"""
+    grounding_margin: float = setting(0.15, ANGLE)
+    """m2: AdapACSE margin on grounding negatives (KDMCSE 0.15; 0 = plain InfoNCE)"""
+    adaptive_margin: bool = setting(True, Flag())
+    """AdapACSE on (Delta = 1 - teacher intra-modal cosine); off = plain InfoNCE grounding"""
+    threshold: float | None = setting(None, Optional(FINITE))
+    """false-negative filter value (off in the official scripts; score_base 0.8 when on)"""
+    threshold_on: str = setting("dot", Choice(("dot", "cosine")))
+    """'dot': raw dot products of stored CLIP features (code); 'cosine': cosines (paper's reading)"""
+    clip_text_term: bool = setting(True, Flag())
+    """KDMCSE's L_t over CLIP-text features (MCSE may opt in: KDMCSE Table 5)"""
+    paper_reading: bool = setting(False, Flag())
+    """True: the paper's formulas where they differ from the code (docs/official-code.md §8)"""
+
+
+@dataclass(frozen=True)
+class KDMCSESettings(GroundingSettings):
+    """KDMCSE (NAACL 2024): the official scripts' values (docs/official-code.md §5.6)."""
+
+
+def grounding_loss(s: GroundingSettings, out: StudentOutputs, teacher: TeacherInputs, method: str,
+                   *, form: str = "code", reduce_views: str = "mean",
+                   average: bool = False) -> dict[str, torch.Tensor]:
+    """text + lam * inter with inter = grounding_image (+ grounding_text with ``clip_text_term``),
+    summed or, with ``average``, averaged (KDMCSE Eq. 14)."""
+    text = diagonal_cross_entropy(angular_margin_logits(out.z1, out.z2, s.temperature, s.text_margin))
+    p1, p2, v = need(out, f"{method} grounding", "p1", "p2", "v")
+    t = need(out, "clip_text_term", "t")[0] if s.clip_text_term else None
+    lv, lt = kdmcse_grounding_terms(
+        p1, p2, v, t, teacher.image, teacher.clip_text, s.grounding_margin, s.threshold,
+        s.temperature_vl, adaptive_margin=s.adaptive_margin, threshold_on=s.threshold_on,
+        form=form, reduce_views=reduce_views,
+    )
+    terms = {"text": text, "grounding_image": lv}
+    inter = lv
+    if lt is not None:
+        terms["grounding_text"] = lt
+        inter = (lv + lt) / 2 if average else lv + lt
+    terms["inter"] = inter
+    terms["total"] = text + s.lam * inter
+    return terms
+
+
+def grounding_heads(s: GroundingSettings, dims: HeadDims, clip_text_in: int | None) -> dict[str, Head]:
+    """MCSE's grounding head on [CLS] (p1, p2) and image head (v), plus a CLIP-text head (t) on
+    ``clip_text_in``-d features when that is given (docs/official-code.md §4.1, §5.1)."""
+    heads = {"grounding": Head("cls", dims.proj_dim, into=("p1", "p2")),
+             "image_head": Head("image", dims.proj_dim, into=("v",))}
+    if clip_text_in is not None:
+        heads["clip_text_head"] = Head("clip_text", dims.proj_dim, into=("t",), in_dim=clip_text_in)
+    return heads
+
+
+def describe_grounding(name: str, s: GroundingSettings) -> dict[str, Any]:
+    """The settings grounding really uses: the margin appears only where AdapACSE acts, the
+    filter's only when it is on."""
+    out: dict[str, Any] = {"method": name, "temperature": s.temperature,
+                           "text_margin": s.text_margin, "lam": s.lam,
+                           "temperature_vl": s.temperature_vl, **margin_settings(s),
+                           "clip_text_term": s.clip_text_term}
+    if s.threshold is not None:
+        out.update(threshold=s.threshold, threshold_on=s.threshold_on)
+    out["paper_reading"] = s.paper_reading
+    return out
+
+
+def margin_settings(s: Any) -> dict[str, Any]:
+    """``adaptive_margin`` as it acts (on only with a margin > 0), and the margin only then."""
+    if s.adaptive_margin and s.grounding_margin > 0:
+        return {"adaptive_margin": True, "grounding_margin": s.grounding_margin}
+    return {"adaptive_margin": False}
+
+
+def grounding_filter(s: GroundingSettings) -> NegativeFilter | None:
+    return None if s.threshold is None else NegativeFilter(s.threshold, s.threshold_on)
+
+
+def check_grounding_store(s: GroundingSettings, store: StoreView) -> None:
+    """The CLIP caption feature L_t and the filter read must be in the store, and the filter's
+    dot products need both features from one CLIP model."""
+    needs = [(what, fix) for on, what, fix in (
+        (s.clip_text_term, "objective.clip_text_term (KDMCSE's L_t)", "objective.clip_text_term=false"),
+        (s.threshold is not None, "the threshold filter", "objective.threshold=None"),
+    ) if on]
+    if needs and store.clip_text_dim is None:
+        what, fix = needs[0]
+        raise ValueError(
+            f"{store.path} has no 'clip_text' column but {what} needs the stored CLIP caption "
+            f"feature; convert a CLIP store (python -m trainables.convert clip-json) or set {fix}"
+        )
+    if s.threshold is not None and store.clip_text_dim != store.image_dim:
+        raise ValueError(
+            f"{store.path}: {store.image_column!r} features are {store.image_dim}-d but 'clip_text' is "
+            f"{store.clip_text_dim}-d; the threshold filter takes clip_text . {store.image_column} dot "
+            "products (docs/official-code.md §5.4), so both must come from one CLIP model: use such "
+            "a store or set objective.threshold=None"
+        )
+
+
+@register
+class KDMCSE(Method):
+    """KDMCSE: MCSE's grounding with AdapACSE margins, KDMCSE's CLIP-text term L_t and an
+    optional false-negative filter; the text term carries the fixed margin m1."""
+
+    name = "kdmcse"
+    settings = KDMCSESettings
+    defaults_from = "official code"
+
+    def needs(self, s: KDMCSESettings) -> Needs:
+        return Needs(image=True, clip_text=s.clip_text_term)
+
+    def heads(self, s: KDMCSESettings, dims: HeadDims) -> dict[str, Head]:
+        # The code always builds tmlp; without clip_text it takes the image dim (CLIP's shared space).
+        return grounding_heads(s, dims, dims.clip_text_dim or dims.image_dim)
+
+    def caption_loss(self, s: KDMCSESettings, out: StudentOutputs, teacher: TeacherInputs, *,
+                     generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        paper = s.paper_reading
+        return grounding_loss(s, out, teacher, self.name, form="eq12" if paper else "code",
+                              average=paper)
+
+    def describe(self, s: KDMCSESettings) -> dict[str, Any]:
+        return describe_grounding(self.name, s)
+
+    def negative_filter(self, s: KDMCSESettings) -> NegativeFilter | None:
+        return grounding_filter(s)
+
+    def check_data(self, s: KDMCSESettings, store: StoreView) -> None:
+        check_grounding_store(s, store)

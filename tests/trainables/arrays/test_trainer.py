@@ -1,6 +1,7 @@
 """The array loop without Ray. Member independence: a member trained alone, inside an array of
 five and inside a mixed MCSE/KDMCSE/DALR array gives the same losses, dev curve and test scores
-(CPU, fp32, within 1e-5). Also: every method trains, same seed same result, a killed array
+(CPU, fp32, within 1e-5); so does a member of a plug-in method with a head of its own
+(tests/trainables/plugin_method.py). Also: every method trains, same seed same result, a killed array
 resumed from its checkpoint ends exactly like an uninterrupted one, a NaN drops only its member,
 successive halving drops whole groups, the best weights are what is evaluated and exported, a
 store whose features DALR's CMA cannot use is refused before any model is built.
@@ -15,6 +16,7 @@ import math
 import pytest
 import torch
 
+import tests.trainables.plugin_method  # noqa: F401  (registers the plug-in method "auxhead")
 from trainables.arrays.trainer import ArrayTrainer
 from trainables.profiles import build_config
 
@@ -33,8 +35,8 @@ def one_thread():
 
 def cfg(tiny_bert, cache, method="kdmcse", seed=0, **over):
     base = {
-        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],
-        "objective.teacher_weights": [1.0], "data.cache_dir": str(cache), "data.demo_dim": 32,
+        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],  # DALR's weight: the demo's
+        "data.cache_dir": str(cache), "data.demo_dim": 32,
         "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 32, "seed": seed,
     }
     base.update(over)
@@ -89,6 +91,28 @@ def test_member_alone_equals_member_in_array_of_five_and_in_a_mixed_array(tiny_b
     d_alone = run([("d", cfg(tiny_bert, cache, "dalr", seed=8))], tmp_path / "d")
     assert_same_member(d_alone[1], d_alone[2], mixed[1], mixed[2], "d", "d")
     # the members really differ from one another: not a vacuous equality
+    devs = {e["key"]: e["stsb_dev"] for e in five[1].metrics[-1]["members"]}
+    assert len(set(devs.values())) == len(devs)
+
+
+def test_plugin_member_alone_equals_it_in_an_array_of_five_and_in_a_mixed_array(
+        tiny_bert, cache, tmp_path):
+    me = cfg(tiny_bert, cache, "auxhead", seed=3)
+    alone = run([("me", me)], tmp_path / "alone")
+    five = run([(f"s{s}", cfg(tiny_bert, cache, "auxhead", seed=s)) for s in (0, 1)]
+               + [("me", me)] + [(f"s{s}", cfg(tiny_bert, cache, "auxhead", seed=s, **{
+                   "objective.beta": 0.1})) for s in (4, 5)], tmp_path / "five")
+    mixed = run([("m", cfg(tiny_bert, cache, "mcse", seed=7)), ("d", cfg(tiny_bert, cache, "dalr", seed=8)),
+                 ("me", me), ("k", cfg(tiny_bert, cache, "kdmcse", seed=9))], tmp_path / "mixed")
+    assert_same_member(alone[1], alone[2], five[1], five[2], "me", "me")
+    assert_same_member(alone[1], alone[2], mixed[1], mixed[2], "me", "me")
+    # its own head trained per member and its terms were logged on both batch kinds
+    logged = {k for e in alone[1].member("me") for k in e}
+    assert {"loss/aux", "loss/grounding", "loss/text"} <= logged
+    t = five[0]
+    assert [type(h.aux).__name__ for h in t.model.heads] == ["Linear"] * 5
+    w = [h.aux.weight for h in t.model.heads]
+    assert not torch.equal(w[0], w[1])  # seeds 0 and 1: their own init and updates
     devs = {e["key"]: e["stsb_dev"] for e in five[1].metrics[-1]["members"]}
     assert len(set(devs.values())) == len(devs)
 
