@@ -179,9 +179,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
     flat = flatten(data)
     base = RunConfig()
-    for key, value in flat.items():  # a misspelled key is the file's fault: say which file
+    for key, value in flat.items():  # a misspelled key or a bad value: say which file
         try:
-            _set(base, str(key).split("."), value, str(key))
+            check_fields(_set(base, str(key).split("."), value, str(key)))
         except ValueError as e:
             raise ValueError(f"config file {path}: {e}; fix it in that file") from None
     return flat

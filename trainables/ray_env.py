@@ -41,14 +41,35 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     quiet = ray.LoggingConfig(log_level="ERROR")
     if address:
         ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
+    else:
+        ray.init(
+            # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+            log_to_driver=log_to_driver, object_store_memory=200 * 2**20, logging_config=quiet,
+            _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+        )
+    sigterm_as_interrupt()
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (a scheduler's timeout, ``kill``) does what Ctrl-C does: Tune stops its trials
+    and the command ends its runs KILLED. ``ray.init`` installs a handler that exits at once
+    (``sys.exit``), leaving every MLflow run RUNNING; this one replaces it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         return
-    ray.init(
-        # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
-        address="local",
-        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
-        object_store_memory=200 * 2**20, logging_config=quiet,
-        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
-    )
+
+    def handler(signum, frame):  # the SIGINT handler of the moment: Tune's inside fit()
+        current = signal.getsignal(signal.SIGINT)
+        if callable(current):
+            current(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 _NOISE = ("PYTHON worker processes have been started",)

@@ -151,8 +151,7 @@ def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dic
     from orchestrator.results import search_report
 
     done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if len(done) < 2:
-        session.tracker.end(session.parent, "FAILED")
+    if len(done) < 2:  # the session ends the parent FAILED with this reason
         raise ValueError(f"only {len(done)} configuration(s) finished the search; a search needs 2 "
                          "to compare (see the failed runs in MLflow)")
     finalists = sorted(done, key=lambda t: -t.value)[: sa.finalists]

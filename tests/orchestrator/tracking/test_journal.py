@@ -24,7 +24,7 @@ def tracker(tmp_path):
 
 
 def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, capsys):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     box = Journal(tracker, tmp_path / "journal.jsonl")
     a = box.start_child(parent, plan("A", 0))
     box.log_result(a, {"step": 3, "stsb_dev": 70.0})
@@ -59,7 +59,7 @@ def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, ca
 
 
 def test_replay_reuses_an_unfinished_run_of_the_same_trial(tracker, tmp_path):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     old = tracker.start_child(parent, plan("A", 1))  # left RUNNING by a dead driver
     box = Journal(tracker, tmp_path / "j.jsonl")
     box.offline = True
@@ -89,7 +89,7 @@ def artifacts(tracker, run_id):
 
 
 def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, tmp_path, monkeypatch):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     box = Journal(tracker, tmp_path / "journal.jsonl")
     a = box.start_child(parent, plan("A", 0))
     online = model_folder(tmp_path, "online")
