@@ -95,7 +95,8 @@ class Session:
         db = sqlite_path(self.tracker.uri)
         what = (f"python -m {COMMANDS.get(campaign.kind, 'orchestrator')} for {campaign.kind} "
                 f"{campaign.name!r} (plan {campaign.plan_id}) on {self.tracker.uri}")
-        self._find_parent()  # a refusal before anything is locked or created
+        if not opts.queue:  # a refusal before anything is locked or created (a queued
+            self._find_parent()  # command looks once the driver it waits for has ended)
         self.lock = DriverLock(lock_paths(campaign.plan_id, db, opts.storage), what, opts.queue)
         try:
             if db is None:  # a server shared by machines that may share no folder

@@ -188,10 +188,11 @@ class Tracker:
                     f"no MLflow store at {folder} ({where} {self.uri}); pass the --tracking-uri "
                     "the table ran with (by default mlflow.db in the folder it ran in)")
         mlflow.set_tracking_uri(self.uri)
-        self.client = MlflowClient(self.uri)
-        # Two commands starting on a fresh sqlite store would both create its schema (alembic)
-        # and its experiment, and the second would fail half-way: one at a time.
+        # Two commands starting on a fresh sqlite store would both create its schema (alembic,
+        # when the client first opens it) and its experiment, and the second would fail half-way:
+        # one at a time.
         with schema_lock(db) if create else contextlib.nullcontext():
+            self.client = MlflowClient(self.uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None and not create:
                 raise ValueError(f"the MLflow store {self.uri} holds no {experiment!r} experiment "
