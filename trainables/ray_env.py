@@ -33,9 +33,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     # Tune's new console output prints its config box and a TensorBoard hint even at verbose=0;
     # the legacy reporter honours it, and our callback prints the live view.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A failed trial is one line in the live view and in MLflow (its reason); Tune's own
+    # traceback of it stays in the trial's error.txt under --storage, out of the terminal.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     if ray.is_initialized():
         return
     quiet_raylet()
+    quiet_tune_state_errors()
     # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
     # dashboard) would drown the dev curve the run prints; errors still come through.
     quiet = ray.LoggingConfig(log_level="ERROR")
@@ -70,6 +74,27 @@ def sigterm_as_interrupt() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+class _OneLine:
+    """A logging filter: an error logged with its traceback keeps one line (the exception's)."""
+
+    def filter(self, record) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            e = record.exc_info[1]
+            record.msg = f"{record.getMessage().rstrip(': ')}: {type(e).__name__}: {e}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def quiet_tune_state_errors() -> None:
+    """Tune logs every failed save of its experiment state with a traceback (each few seconds
+    while a disk is full); one line each says the same."""
+    import logging
+
+    log = logging.getLogger("ray.tune.execution.experiment_state")
+    if not any(isinstance(f, _OneLine) for f in log.filters):
+        log.addFilter(_OneLine())
 
 
 _NOISE = ("PYTHON worker processes have been started",)

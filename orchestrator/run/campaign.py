@@ -152,7 +152,15 @@ class Session:
         from trainables.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
-        init_ray(opts.address, log_to_driver=False)
+        try:
+            init_ray(opts.address, log_to_driver=False)
+        except Exception as e:  # a cluster that is not there, a raylet that did not come up
+            from trainables.ray_env import root_cause
+
+            where = f"the Ray cluster at {opts.address}" if opts.address else "the embedded Ray"
+            raise ConnectionError(f"{where} did not start ({root_cause(e)}); check `ray status` "
+                                  "(with --address) or the machine's load and memory, then run "
+                                  "the command again") from None
         gpus = opts.gpus_per_trial
         if gpus is None:
             gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
@@ -190,6 +198,8 @@ class Session:
 
             if isinstance(error, KeyboardInterrupt | SystemExit):
                 self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
+            elif isinstance(error, DiskFull):
+                self._end_all("FAILED", "the disk filled up; --resume continues the table")
             else:
                 self._end_all("FAILED", f"the driver stopped: {one_line(error)}"[:500])
         self._closed = True
@@ -306,11 +316,8 @@ class Session:
                               db.parent if db else None,
                               self.journal.moved_from.parent if self.journal and
                               self.journal.moved_from else None) if p]
-        line = disk_full_line(full_folders(places), self.resume_command())
-        if self.journal is not None and self.journal.kept:
-            line += (f"; first upload the {self.journal.kept} results kept in "
-                     f"{self.journal.path}: {self.journal.upload_command()}")
-        return line
+        upload = self.journal.upload_command() if self.journal and self.journal.kept else ""
+        return disk_full_line(full_folders(places), self.resume_command(), upload)
 
     def resume_command(self) -> str:
         """This command with --resume, as the user typed it (when it ran as ``python -m``)."""

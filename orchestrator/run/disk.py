@@ -45,9 +45,10 @@ def full_folders(folders: Iterable[str | Path], low: int = LOW_BYTES) -> list[Pa
     return out
 
 
-def disk_full_line(full: list[Path], resume: str) -> str:
-    """The one line: the full folder(s) and the fix."""
+def disk_full_line(full: list[Path], resume: str, upload: str = "") -> str:
+    """The one line: the full folder(s), and the fix (``upload``: the sync of a journal)."""
     where = ", ".join(str(p) for p in full) or "a folder this table writes to"
+    then = f"upload the results kept meanwhile with: {upload}; then " if upload else ""
     return (f"the disk holding {where} is full; unfinished runs were ended FAILED (none is left "
             f"RUNNING). Free space there (or point --storage and --tracking-uri at a larger "
-            f"disk), then continue with: {resume}")
+            f"disk), {then}continue with: {resume}")

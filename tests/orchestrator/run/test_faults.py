@@ -162,7 +162,7 @@ def test_a_full_disk_mid_table_loses_nothing_and_says_which_folder(tmp_path, tin
         assert f"the disk holding {store}" in errors[0] or f"the disk holding {disk}" in \
             errors[0], errors[0]
         assert "Free space there" in errors[0] and "--resume" in errors[0], errors[0]
-        upload = re.search(r"(python -m orchestrator\.sync \S+ --tracking-uri \S+)", errors[0])
+        upload = re.search(r"(python -m orchestrator\.sync \S+ --tracking-uri [^\s;]+)", errors[0])
         assert upload, errors[0]
         journal = Path(shlex.split(upload.group(1))[3])
         assert journal.parent == fallback and journal.is_file(), (journal, err[-2000:])
