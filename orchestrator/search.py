@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from orchestrator import cli
@@ -110,7 +111,15 @@ def _run(args: argparse.Namespace) -> int:
 
     from orchestrator.run.campaign import Campaign, Session
     from orchestrator.run.preflight import check_campaign
-    from orchestrator.run.rounds import Planner, default_study, finish, rounds, rung_of
+    from orchestrator.run.rounds import (
+        Planner,
+        check_study,
+        default_study,
+        finish,
+        open_study_storage,
+        rounds,
+        rung_of,
+    )
     from orchestrator.spec.plan import plan_id, plan_summary
     from orchestrator.spec.registry import load_space
     from orchestrator.spec.validate import validate_space
@@ -131,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     data = check_campaign(probe, opts)  # everything, before Ray or MLflow
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or default_study(opts.storage)
+    data = replace(data, checked=(*data.checked, check_study(storage_url)))
     spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo")))
     summary = plan_summary(probe, profile_name, opts.profile, num_samples=sa.num_samples,
                            search_seeds=list(sa.search_seeds), sampler_seed=sa.seed)
@@ -152,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
               flush=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(
-            study_name=f"{space.name}-{pid}", storage=optuna.storages.RDBStorage(storage_url),
+            study_name=f"{space.name}-{pid}", storage=open_study_storage(storage_url),
             direction="maximize", load_if_exists=True,
             sampler=optuna.samplers.TPESampler(seed=sa.seed, constant_liar=True))
         rung = rung_of(steps, planner.eval_every) if sa.halving else None

@@ -353,3 +353,21 @@ def test_a_journal_without_its_header_still_names_its_parent(a_table, tmp_path, 
     rc, out, err = run(tmp_path, sync.main, [str(journal), "--tracking-uri",
                                              f"sqlite:///{d / 'mlflow.db'}"], capsys, monkeypatch)
     assert rc == 0 and f"--run {parent}" in out, err
+
+
+# --- the search's own store -----------------------------------------------------------------------
+@pytest.mark.parametrize(("url", "message"), [
+    ("not a url", "--study-storage not a url: not a database URL"),
+    ("sqlite:////proc/nope/optuna.db", "--study-storage /proc/nope/optuna.db: /proc is not a "
+                                       "writable folder"),
+    ("sqlite://", "an in-memory study is lost"),
+    ("nosuchdb://h/db", "--study-storage nosuchdb://h/db: no driver for nosuchdb"),
+])
+def test_a_bad_study_storage_is_refused_before_anything(url, message, space, tmp_path, capsys,
+                                                        monkeypatch):
+    from orchestrator import search
+
+    argv = ["--space", "kdmcse_search", "--profile", str(space / "tiny.yaml"), "--num-samples",
+            "2", "--storage", str(tmp_path / "runs"), "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}", "--study-storage", url, "--dry-run"]
+    refused(tmp_path, search.main, argv, message, capsys, monkeypatch)

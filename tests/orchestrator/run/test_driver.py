@@ -169,3 +169,22 @@ def test_two_tables_at_once_in_one_folder_then_a_queued_resume(tmp_path, tiny_be
     assert sorted(c.data.tags["mmemb.trial"] for c in kids2) == sorted(KEYS)
     kill_tagged(first.tag)
     kill_tagged(second.tag)
+
+
+def test_a_fresh_heartbeat_on_the_store_refuses_a_second_driver(tmp_path):
+    """A tracking server shared by machines that share no folder: the parent's heartbeat."""
+    from orchestrator.run.driver import DRIVER_TAG, HEARTBEAT_TAG, check_store
+    from orchestrator.tracking.client import Tracker
+
+    tr = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    elsewhere = json.dumps({"pid": 7, "host": "elsewhere", "started": time.time()})
+    tr.start_parent("t", "table", "plan1", {DRIVER_TAG: elsewhere,
+                                            HEARTBEAT_TAG: f"{time.time():.0f}"})
+    with pytest.raises(ValueError, match="the table is already running: process 7 on host "
+                                         "elsewhere .*fresh heartbeat"):
+        check_store(tr, "plan1", "the table", queue=False)
+    check_store(tr, "plan2", "the table", queue=False)  # another plan: free
+    stale = tr.start_parent("t", "table", "plan3", {DRIVER_TAG: elsewhere,
+                                                    HEARTBEAT_TAG: f"{time.time() - 2 * STALE_S:.0f}"})
+    check_store(tr, "plan3", "the table", queue=False)  # its driver is gone
+    assert stale
