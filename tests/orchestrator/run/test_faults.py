@@ -53,7 +53,7 @@ def test_sigterm_ends_the_table_like_ctrl_c(tmp_path, tiny_bert):
     t = Table(tmp_path, store, "run")
     wait_for(lambda: dev_points(db) > 0 or t.proc.poll() is not None, "a first dev evaluation",
              limit_s=1800, poll_s=0.3)
-    assert t.proc.poll() is None, t.err[-3000:]
+    assert t.proc.poll() is None, t.out[-2000:] + t.err[-3000:]
     os.kill(t.proc.pid, signal.SIGTERM)
     rc = t.wait()
     assert rc == 130, t.err[-3000:]
@@ -152,7 +152,7 @@ def test_a_full_disk_mid_table_loses_nothing_and_says_which_folder(tmp_path, tin
         t = Table(tmp_path, store, "run", env={"MMEMB_JOURNAL_DIR": str(fallback)})
         wait_for(lambda: dev_points(db) > 0 or t.proc.poll() is not None,
                  "a first dev evaluation", limit_s=1800, poll_s=0.2)
-        assert t.proc.poll() is None, t.err[-3000:]
+        assert t.proc.poll() is None, t.out[-2000:] + t.err[-3000:]
         finished_before = sorted(finished_children(db))
         filler = fill(disk)
         rc = t.wait()
