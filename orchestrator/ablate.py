@@ -18,20 +18,27 @@ import argparse
 import sys
 
 from orchestrator import cli
+from trainables.checks import SEED
+from trainables.cli import option
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.ablate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    p = cli.parser("orchestrator.ablate", __doc__)
     p.add_argument("--grid", help="a table in search_spaces/ (see --list), or a .py file with GRID")
     p.add_argument("--list", action="store_true", help="list (and check) the grids, one line each")
-    p.add_argument("--seeds", type=int, nargs="+", help="override the grid's seeds (default 0-4)")
+    p.add_argument("--seeds", type=option(SEED), nargs="+",
+                   help="override the grid's seeds (default 0-4)")
     p.add_argument("--cells", nargs="+", metavar="CELL",
                    help="run only these cells (and the baseline)")
     p.add_argument("--explain", action="store_true",
                    help="with --dry-run: for every cell, each setting that differs from its "
                         "default, its value and the layer that set it")
     cli.add_campaign_args(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.explain and not args.dry_run:
         p.error("--explain goes with --dry-run")
@@ -54,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.run.campaign import Campaign, describe, dry_run_arrays, explain, run_table
     from orchestrator.run.preflight import check_campaign, check_demo_fit
     from orchestrator.spec.grids import check_seeds
-    from orchestrator.spec.plan import plan_id, plan_runs
+    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
     from trainables.profiles import profile_overrides
 
@@ -76,7 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     pid = plan_id("table", grid.name, members, profile_name)
     kind = "demo" if prof.get("data.demo") else profile_name
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,
-                        {"mmemb.grid": grid.name, "mmemb.profile": opts.profile or "default"})
+                        {"mmemb.grid": grid.name, "mmemb.profile": opts.profile or "default"},
+                        plan_summary(members, profile_name, opts.profile))
     if args.dry_run:
         arrays, slots = dry_run_arrays(members, array_keys, grid.name, opts)
         print(f"{grid.title}\n{len(members)} runs ({len(cells)} cells x {len(seeds)} seeds) in "

@@ -48,27 +48,33 @@ import numpy as np
 
 from orchestrator import cli
 from orchestrator.analysis.calibration import BASELINE, CONTROL, DRAWS, calibrate
+from trainables.checks import POSITIVE, SEED, Number, count
+from trainables.cli import option
+
+
+def parser() -> argparse.ArgumentParser:
+    p = cli.parser("orchestrator.calibrate", __doc__)
+    p.add_argument("--runs", type=option(count(4, "two groups of two seeds")), default=20,
+                   help="MCSE runs (seeds first-seed..): the A/A pool (default 20)")
+    p.add_argument("--control-runs", type=option(count(0)), default=10,
+                   help="SimCSE runs on the first of those seeds: the positive control (default 10; "
+                        "0 skips it)")
+    p.add_argument("--first-seed", type=option(SEED), default=0)
+    p.add_argument("--group-size", type=option(count(2, "a t-test needs two seeds per group")),
+                   default=5, help="seeds per cell of a table (default 5)")
+    p.add_argument("--family-cells", type=option(count(0)), default=3,
+                   help="cells besides the baseline in a table-wide A/A family (default 3, Table 3)")
+    p.add_argument("--draws", type=option(count(100)), default=DRAWS,
+                   help=f"resampled splits per rate (default {DRAWS:,})")
+    p.add_argument("--alpha", type=option(Number(0, 1, lo_open=True, hi_open=True)), default=0.05)
+    p.add_argument("--deltas", type=option(POSITIVE), nargs="+", default=[0.4, 0.8, 1.3],
+                   help="true differences (points) to size seeds for (default: the published gaps)")
+    cli.add_campaign_args(p)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.calibrate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=20,
-                   help="MCSE runs (seeds first-seed..): the A/A pool (default 20)")
-    p.add_argument("--control-runs", type=int, default=10,
-                   help="SimCSE runs on the first of those seeds: the positive control (default 10; "
-                        "0 skips it)")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--group-size", type=int, default=5, help="seeds per cell of a table (default 5)")
-    p.add_argument("--family-cells", type=int, default=3,
-                   help="cells besides the baseline in a table-wide A/A family (default 3, Table 3)")
-    p.add_argument("--draws", type=int, default=DRAWS,
-                   help=f"resampled splits per rate (default {DRAWS:,})")
-    p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--deltas", type=float, nargs="+", default=[0.4, 0.8, 1.3],
-                   help="true differences (points) to size seeds for (default: the published gaps)")
-    cli.add_campaign_args(p)
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     return cli.guarded(lambda: _run(args))
 
 
@@ -98,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.results.report import grid_spec, report_dir
     from orchestrator.run.campaign import Campaign, Session, describe, dry_run_arrays
     from orchestrator.run.preflight import check_campaign
-    from orchestrator.spec.plan import plan_id, plan_runs
+    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
     from trainables.profiles import profile_overrides
 
@@ -133,38 +139,40 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     campaign = Campaign("calibration", "calibration", f"calibration ({kind})", pid,
                         tuple(members), spec, {"mmemb.grid": "calibration",
-                                               "mmemb.profile": opts.profile or "default"})
-    s = Session(campaign, opts, array_keys)
-    if not s.resumed:
-        s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(spec, indent=1))
-    print(f"calibration: {runs_line}\nMLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
-    out = s.run(members, f"calibration-{pid}")
-    if out.interrupted:
-        return s.interrupted()
-    ok, _ = s.tracker.scores(s.parent)
-    try:
-        cal = calibrate(ok, group_size=args.group_size, alpha=args.alpha, draws=args.draws,
-                        family_cells=args.family_cells, deltas=args.deltas, direction=direction)
-    except ValueError as e:  # too many failed runs: say so, and still end the parent properly
-        print(f"error: no calibration: {e}", file=sys.stderr)
-        s.finish(spec)
-        return 1
-    # Runs that never finished are missing from the scores: list them beside the broken ones.
-    expected = {BASELINE: seeds, CONTROL: sorted(ctrl)}
-    dropped = {m: sorted(set(cal.dropped.get(m, [])) | (set(want) - set(ok.get(m, {}))))
-               for m, want in expected.items()}
-    cal = replace(cal, dropped={m: v for m, v in dropped.items() if v})
-    md = to_markdown(cal, runs_line)
-    outdir = report_dir(s.tracker, "calibration", s.parent)
-    write_files(cal, md, outdir)
-    try:
-        for name in ("calibration.md", "calibration.json", "calibration.png"):
-            s.tracker.log_artifact_file(s.parent, outdir / name)
-        log_metrics(s.tracker, s.parent, headline_metrics(cal))
-    except Exception as e:  # the files on disk and the printed report do not depend on MLflow
-        print(f"error: could not store the calibration in MLflow ({type(e).__name__}: {e}); it is "
-              f"in {outdir}", file=sys.stderr)
-    rc = s.finish(spec, extra_md="\n" + md)
+                                               "mmemb.profile": opts.profile or "default"},
+                        plan_summary(members, profile_name, opts.profile, runs=args.runs,
+                                     control_runs=args.control_runs, first_seed=args.first_seed))
+    with Session(campaign, opts, array_keys) as s:
+        if not s.resumed:
+            s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(spec, indent=1))
+        print(f"calibration: {runs_line}\nMLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+        out = s.run(members, f"calibration-{pid}")
+        if out.interrupted:
+            return s.interrupted()
+        ok, _ = s.tracker.scores(s.parent)
+        try:
+            cal = calibrate(ok, group_size=args.group_size, alpha=args.alpha, draws=args.draws,
+                            family_cells=args.family_cells, deltas=args.deltas, direction=direction)
+        except ValueError as e:  # too many failed runs: say so, and still end the parent properly
+            print(f"error: no calibration: {e}", file=sys.stderr)
+            s.finish(spec)
+            return 1
+        # Runs that never finished are missing from the scores: list them beside the broken ones.
+        expected = {BASELINE: seeds, CONTROL: sorted(ctrl)}
+        dropped = {m: sorted(set(cal.dropped.get(m, [])) | (set(want) - set(ok.get(m, {}))))
+                   for m, want in expected.items()}
+        cal = replace(cal, dropped={m: v for m, v in dropped.items() if v})
+        md = to_markdown(cal, runs_line)
+        outdir = report_dir(s.tracker, "calibration", s.parent)
+        write_files(cal, md, outdir)
+        try:
+            for name in ("calibration.md", "calibration.json", "calibration.png"):
+                s.tracker.log_artifact_file(s.parent, outdir / name)
+            log_metrics(s.tracker, s.parent, headline_metrics(cal))
+        except Exception as e:  # the files on disk and the printed report do not depend on MLflow
+            print(f"error: could not store the calibration in MLflow ({type(e).__name__}: {e}); it is "
+                  f"in {outdir}", file=sys.stderr)
+        rc = s.finish(spec, extra_md="\n" + md)
     print(f"calibration: {outdir}/calibration.md")
     return rc
 

@@ -1,4 +1,10 @@
-"""The command-line arguments tables and searches share, and how bad ones are refused."""
+"""The command-line arguments tables and searches share, and how bad ones are refused.
+
+Every command's parser is a ``trainables.cli.Parser`` (a refusal is one ``error:`` line) and every
+numeric option carries its check (``trainables.cli.option``), so nonsense such as
+``--gpus-per-trial nan`` is refused while parsing. What needs more than one value, a file or the
+store is refused by :func:`guarded`: one ``error:`` line, exit 2.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +12,47 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from orchestrator.run.options import Options
+from trainables.checks import NON_NEGATIVE, POSITIVE, count
+from trainables.cli import Parser, one_line, option, writable_folder
 
 
-def _array_size(text: str) -> int | None:
-    if text == "auto":
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1 (1 = one run per trial)")
-    return n
+def parser(prog: str, doc: str | None) -> Parser:
+    """A command's parser: one-line refusals, the module docstring as its help."""
+    return Parser(prog=f"python -m {prog}", description=doc,
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def add_campaign_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="demo | paper | FILE.yaml (default: demo unless configured)")
     p.add_argument("--address", help="Ray cluster to join ('auto'); default: embedded local Ray")
-    p.add_argument("--array-size", type=_array_size, default=None, metavar="N|auto",
+    p.add_argument("--array-size", type=option(count(1, "1 = one run per trial"), auto=None),
+                   default=None, metavar="N|auto",
                    help="runs trained together as one vectorised array (default auto: as few "
                         "arrays as the CPUs/GPUs allow; 1: one run per trial)")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0,
-                   help="CPUs per array (per Train worker)")
-    p.add_argument("--gpus-per-trial", type=float, default=None,
-                   help="GPUs per array; fractions pack arrays (0.5: two per GPU). Default: 1 if "
-                        "the cluster has GPUs, else 0")
-    p.add_argument("--max-concurrent", type=int, help="cap on arrays running at once")
-    p.add_argument("--max-failures", type=int, default=1,
+    p.add_argument("--cpus-per-trial", type=option(POSITIVE), default=1.0,
+                   help="CPUs per Train worker of an array (an array has num_workers workers)")
+    p.add_argument("--gpus-per-trial", type=option(NON_NEGATIVE), default=None,
+                   help="GPUs per Train worker; fractions pack arrays (0.5: two per GPU). "
+                        "Default: 1 if the cluster has GPUs, else 0")
+    p.add_argument("--max-concurrent", type=option(count(1)), help="cap on arrays running at once")
+    p.add_argument("--max-failures", type=option(count(0)), default=1,
                    help="restarts of a failed array from its last checkpoint")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite ./mlflow.db)")
     p.add_argument("--storage", default="runs",
                    help="Ray results and checkpoints: a folder (shared by all nodes) or s3://...")
-    p.add_argument("--wait-for-workers", type=float, default=900,
+    p.add_argument("--wait-for-workers", type=option(NON_NEGATIVE), default=900,
                    help="seconds to wait for an autoscaling cluster's workers to join")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep every checkpoint with optimiser state (default: once an array "
                         "finishes, only each run's best weights are kept)")
     p.add_argument("--resume", action="store_true",
                    help="continue the latest run of this plan: only missing runs train")
+    p.add_argument("--queue", action="store_true",
+                   help="when another command is running this plan on this store, wait for it "
+                        "to end instead of refusing (then continue as asked)")
     p.add_argument("--dry-run", action="store_true",
                    help="check everything, print the runs, arrays and resources, then exit")
     p.add_argument("--methods", nargs="+", default=[], metavar="FILE.py|MODULE",
@@ -54,28 +61,23 @@ def add_campaign_args(p: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace) -> Options:
-    """The parsed arguments as campaign options; impossible values refused in one line. Loads
+    """The parsed arguments as campaign options (their ranges were checked while parsing). Loads
     ``--methods`` first: every command calls this before it reads its grid or search."""
     from trainables.objectives.methods import load_methods
 
     load_methods(getattr(args, "methods", None) or [])
-    if args.cpus_per_trial <= 0:
-        raise ValueError(f"--cpus-per-trial {args.cpus_per_trial:g} must be > 0")
-    if args.gpus_per_trial is not None and args.gpus_per_trial < 0:
-        raise ValueError(f"--gpus-per-trial {args.gpus_per_trial:g} must be >= 0")
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise ValueError(f"--max-concurrent {args.max_concurrent} must be >= 1")
-    if args.max_failures < 0:
-        raise ValueError(f"--max-failures {args.max_failures} must be >= 0")
-    if args.wait_for_workers < 0:
-        raise ValueError(f"--wait-for-workers {args.wait_for_workers:g} must be >= 0")
     return Options(
         profile=args.profile, address=args.address, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
         max_failures=args.max_failures, tracking_uri=args.tracking_uri, storage=args.storage,
         wait_for_workers=args.wait_for_workers, resume=args.resume, array_size=args.array_size,
-        keep_checkpoints=args.keep_checkpoints,
+        keep_checkpoints=args.keep_checkpoints, queue=getattr(args, "queue", False),
     )
+
+
+def check_out(out: str | os.PathLike, option_name: str = "--out") -> Path:
+    """A folder a command will write into exists or can be created, and is writable."""
+    return writable_folder(out, option_name)
 
 
 def quiet_env() -> None:
@@ -89,7 +91,8 @@ BAD_INPUT = (ValueError, FileNotFoundError, ConnectionError, OSError)
 
 
 def guarded(run: Callable[[], int]) -> int:
-    """Run a command; bad input is one 'error:' line and exit 2, Ctrl-C exit 130."""
+    """Run a command; bad input (and an MLflow store's refusal) is one 'error:' line and exit 2,
+    Ctrl-C or SIGTERM exit 130."""
     try:
         return run()
     except BAD_INPUT as e:
@@ -98,3 +101,10 @@ def guarded(run: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; run the same command with --resume to continue", file=sys.stderr)
         return 130
+    except Exception as e:
+        if not type(e).__module__.startswith("mlflow"):
+            raise  # a bug: its traceback is what a developer needs
+        print(f"error: MLflow: {one_line(e)}", file=sys.stderr)
+        return 2
+
+

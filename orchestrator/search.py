@@ -25,9 +25,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from orchestrator import cli
+from trainables.checks import SEED, count
+from trainables.cli import option
 
 if TYPE_CHECKING:
     from orchestrator.run.rounds import SearchArgs
@@ -36,26 +39,31 @@ ROUND_SIZE = 8
 """configurations asked at once (one array per round on one device)"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.search", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    p = cli.parser("orchestrator.search", __doc__)
     p.add_argument("--space", help="a search in search_spaces/ (see --list), or a .py file with SPACE")
     p.add_argument("--list", action="store_true", help="list (and check) the searches")
-    p.add_argument("--num-samples", type=int, help="configurations to try (default: the space's)")
-    p.add_argument("--search-seeds", type=int, nargs="+", default=[0, 1],
+    p.add_argument("--num-samples", type=option(count(2, "a search compares configurations")),
+                   help="configurations to try (default: the space's)")
+    p.add_argument("--search-seeds", type=option(SEED), nargs="+", default=[0, 1],
                    help="seeds every configuration trains on during the search (default 0 1)")
-    p.add_argument("--finalists", type=int, default=3,
+    p.add_argument("--finalists", type=option(count(2, "the winner and a runner-up")), default=3,
                    help="best configurations re-trained on --finalist-seeds (default 3)")
-    p.add_argument("--finalist-seeds", type=int, nargs="+", default=[10, 11, 12])
-    p.add_argument("--confirm-seeds", type=int, nargs="+",
+    p.add_argument("--finalist-seeds", type=option(SEED), nargs="+", default=[10, 11, 12])
+    p.add_argument("--confirm-seeds", type=option(SEED), nargs="+",
                    help="fresh seeds for the confirmation against the baseline (default: the space's five)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler")
-    p.add_argument("--round-size", type=int, default=ROUND_SIZE,
+    p.add_argument("--seed", type=option(SEED), default=0, help="seed of the TPE sampler")
+    p.add_argument("--round-size", type=option(count(1)), default=ROUND_SIZE,
                    help=f"configurations asked at once (default {ROUND_SIZE})")
     p.add_argument("--no-halving", action="store_true", help="train every configuration to the end")
     p.add_argument("--study-storage",
                    help="Optuna RDB URL shared by several drivers (default: sqlite beside --storage)")
     cli.add_campaign_args(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.list:
         return cli.guarded(_list)
@@ -103,8 +111,16 @@ def _run(args: argparse.Namespace) -> int:
 
     from orchestrator.run.campaign import Campaign, Session
     from orchestrator.run.preflight import check_campaign
-    from orchestrator.run.rounds import Planner, default_study, finish, rounds, rung_of
-    from orchestrator.spec.plan import plan_id
+    from orchestrator.run.rounds import (
+        Planner,
+        check_study,
+        default_study,
+        finish,
+        open_study_storage,
+        rounds,
+        rung_of,
+    )
+    from orchestrator.spec.plan import plan_id, plan_summary
     from orchestrator.spec.registry import load_space
     from orchestrator.spec.validate import validate_space
     from trainables.profiles import build_config, profile_overrides
@@ -124,9 +140,13 @@ def _run(args: argparse.Namespace) -> int:
     data = check_campaign(probe, opts)  # everything, before Ray or MLflow
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or default_study(opts.storage)
+    data = replace(data, checked=(*data.checked, check_study(storage_url)))
     spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo")))
+    summary = plan_summary(probe, profile_name, opts.profile, num_samples=sa.num_samples,
+                           search_seeds=list(sa.search_seeds), sampler_seed=sa.seed)
     campaign = Campaign("search", space.name, f"search {space.name}", pid, (), spec,
-                        {"mmemb.space": space.name, "mmemb.profile": opts.profile or "default"})
+                        {"mmemb.space": space.name, "mmemb.profile": opts.profile or "default"},
+                        summary)
     if args.dry_run:
         print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds in "
               f"rounds of {sa.round_size}, then {sa.finalists} finalists x {len(sa.finalist_seeds)} "
@@ -136,19 +156,20 @@ def _run(args: argparse.Namespace) -> int:
         print("dry run: everything checked, nothing started")
         return 0
     steps = data.total_steps[probe[0].key]
-    session = Session(campaign, opts, {})
-    print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds; "
-          f"MLflow parent {session.parent} at {session.tracker.uri}; study {storage_url}", flush=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=f"{space.name}-{pid}", storage=optuna.storages.RDBStorage(storage_url),
-        direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=sa.seed, constant_liar=True))
-    rung = rung_of(steps, planner.eval_every) if sa.halving else None
-    status = rounds(session, study, planner, sa, pid, rung)
-    if status is not None:
-        return status
-    return finish(session, study, planner, sa, pid, spec)
+    with Session(campaign, opts, {}) as session:
+        print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds; "
+              f"MLflow parent {session.parent} at {session.tracker.uri}; study {storage_url}",
+              flush=True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(
+            study_name=f"{space.name}-{pid}", storage=open_study_storage(storage_url),
+            direction="maximize", load_if_exists=True,
+            sampler=optuna.samplers.TPESampler(seed=sa.seed, constant_liar=True))
+        rung = rung_of(steps, planner.eval_every) if sa.halving else None
+        status = rounds(session, study, planner, sa, pid, rung)
+        if status is not None:
+            return status
+        return finish(session, study, planner, sa, pid, spec)
 
 
 

@@ -10,20 +10,29 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.results.views import DEFAULT_BASE, print_links, share
+from orchestrator import cli
+
+
+def parser() -> argparse.ArgumentParser:
+    p = cli.parser("orchestrator.ui_links", __doc__)
+    p.add_argument("--run", required=True, help="the table's parent run id")
+    p.add_argument("--tracking-uri", default=None, help="default: ./mlflow.db")
+    p.add_argument("--base", default="http://127.0.0.1:5000", help="where `mlflow ui` listens")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m orchestrator.ui_links",
-        description="Save a table's view in MLflow (again) and print its links in the MLflow UI.")
-    p.add_argument("--run", required=True, help="the table's parent run id")
-    p.add_argument("--tracking-uri", default=None, help="default: ./mlflow.db")
-    p.add_argument("--base", default=DEFAULT_BASE, help="where `mlflow ui` listens")
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
+    return cli.guarded(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from orchestrator.results.views import print_links, share
     from orchestrator.tracking.client import Tracker
 
-    print_links(share(Tracker(args.tracking_uri), args.run, args.base))
+    tracker = Tracker(args.tracking_uri, create=False)
+    tracker.parent_run(args.run)
+    print_links(share(tracker, args.run, args.base))
     return 0
 
 

@@ -218,7 +218,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
     flat = flatten(data)
-    for key, value in flat.items():  # a misspelled key is the file's fault: say which file
+    for key, value in flat.items():  # a misspelled key or a bad value: say which file
         try:
             check_key(str(key), value)
         except ValueError as e:
@@ -241,7 +241,7 @@ def check_key(key: str, value: Any) -> None:
             raise ValueError(f"unknown setting {key!r}: no method has it; the methods' settings: "
                              f"{', '.join(known)}")
         base = dataclasses.replace(base, objective=get(owners[0]).settings())
-    _set(base, parts, value, key)
+    check_fields(_set(base, parts, value, key))
 
 
 def parse_cli_overrides(items: list[str]) -> dict[str, Any]:

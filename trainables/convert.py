@@ -228,8 +228,10 @@ def convert_clip_json(path, out, teacher: str = DEFAULT_CLIP) -> Path:
     return write_store(out, caps, ids, {"image": img, "clip_text": txt}, meta)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainables.convert", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    from trainables.cli import Parser
+
+    ap = Parser(prog="python -m trainables.convert", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("mcse", help="MCSE caption .txt + ResNet .hdf5")
     m.add_argument("--captions", required=True)
@@ -240,14 +242,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--json", required=True)
     c.add_argument("--out", required=True)
     c.add_argument("--teacher", default=DEFAULT_CLIP)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainables.cli import writable_file
+
+    args = parser().parse_args(argv)
     try:
+        writable_file(args.out, "--out")
         if args.cmd == "mcse":
             out = convert_mcse(args.captions, args.features, args.out, args.image_teacher)
         else:
             out = convert_clip_json(args.json, args.out, args.teacher)
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0

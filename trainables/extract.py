@@ -421,22 +421,31 @@ def _merge(cfg, work, shards, prints, images, captions, dim) -> None:
             work.rmdir()  # only if empty: the user may have pointed --work-dir at a shared folder
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainables.extract", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    from trainables.checks import NON_NEGATIVE, POSITIVE, count
+    from trainables.cli import Parser, option
+
+    p = Parser(prog="python -m trainables.extract", description=__doc__.splitlines()[0])
     p.add_argument("--pairs", required=True, type=Path, help="CSV (image,caption) or JSONL pairs file")
     p.add_argument("--images", required=True, type=Path, help="folder the image names are relative to")
     p.add_argument("--model", default="openai/clip-vit-base-patch32", help="CLIPModel hub name or folder")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default: local")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--shard-size", type=int, default=1000)
-    p.add_argument("--num-actors", type=int, default=1)
-    p.add_argument("--num-gpus-per-actor", type=float, default=0.0)
-    p.add_argument("--num-cpus-per-actor", type=float, default=1.0)
+    p.add_argument("--batch-size", type=option(count(1)), default=64)
+    p.add_argument("--shard-size", type=option(count(1)), default=1000)
+    p.add_argument("--num-actors", type=option(count(1)), default=1)
+    p.add_argument("--num-gpus-per-actor", type=option(NON_NEGATIVE), default=0.0)
+    p.add_argument("--num-cpus-per-actor", type=option(POSITIVE), default=1.0)
     p.add_argument("--work-dir", type=Path, default=None)
     p.add_argument("--keep-shards", action="store_true")
     p.add_argument("--no-progress", action="store_true", help="hide Ray Data's progress bars")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from trainables.cli import writable_file, writable_folder
+
+    a = parser().parse_args(argv)
     cfg = ExtractConfig(
         pairs=a.pairs, images=a.images, model=a.model, out=a.out, work_dir=a.work_dir,
         batch_size=a.batch_size, shard_size=a.shard_size, num_actors=a.num_actors,
@@ -444,11 +453,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep_shards=a.keep_shards, progress=not a.no_progress,
     )
     try:
+        writable_file(a.out, "--out")
+        if a.work_dir is not None:
+            writable_folder(a.work_dir, "--work-dir")
         if a.address:
             init_ray(a.address)
         res = run_extract(cfg)
-    except ExtractError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(f"wrote {res.out} ({res.shards_computed} shards computed, {res.shards_skipped} reused)")
     return 0

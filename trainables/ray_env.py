@@ -33,22 +33,68 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     # Tune's new console output prints its config box and a TensorBoard hint even at verbose=0;
     # the legacy reporter honours it, and our callback prints the live view.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A failed trial is one line in the live view and in MLflow (its reason); Tune's own
+    # traceback of it stays in the trial's error.txt under --storage, out of the terminal.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     if ray.is_initialized():
         return
     quiet_raylet()
+    quiet_tune_state_errors()
     # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
     # dashboard) would drown the dev curve the run prints; errors still come through.
     quiet = ray.LoggingConfig(log_level="ERROR")
     if address:
         ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
+    else:
+        ray.init(
+            # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+            log_to_driver=log_to_driver, object_store_memory=200 * 2**20, logging_config=quiet,
+            _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+        )
+    sigterm_as_interrupt()
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (a scheduler's timeout, ``kill``) does what Ctrl-C does: Tune stops its trials
+    and the command ends its runs KILLED. ``ray.init`` installs a handler that exits at once
+    (``sys.exit``), leaving every MLflow run RUNNING; this one replaces it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         return
-    ray.init(
-        # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
-        address="local",
-        num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
-        object_store_memory=200 * 2**20, logging_config=quiet,
-        _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
-    )
+
+    def handler(signum, frame):  # the SIGINT handler of the moment: Tune's inside fit()
+        current = signal.getsignal(signal.SIGINT)
+        if callable(current):
+            current(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class _OneLine:
+    """A logging filter: an error logged with its traceback keeps one line (the exception's)."""
+
+    def filter(self, record) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            e = record.exc_info[1]
+            record.msg = f"{record.getMessage().rstrip(': ')}: {type(e).__name__}: {e}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def quiet_tune_state_errors() -> None:
+    """Tune logs every failed save of its experiment state with a traceback (each few seconds
+    while a disk is full); one line each says the same."""
+    import logging
+
+    log = logging.getLogger("ray.tune.execution.experiment_state")
+    if not any(isinstance(f, _OneLine) for f in log.filters):
+        log.addFilter(_OneLine())
 
 
 _NOISE = ("PYTHON worker processes have been started",)

@@ -200,9 +200,12 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
     return trainer.fit()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainables.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    from trainables.checks import count
+    from trainables.cli import Parser, option
+
+    p = Parser(prog="python -m trainables.train", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file of run settings (nested or dotted keys)")
     p.add_argument("--profile", help="demo | paper | FILE.yaml (data, encoder, teachers)")
     p.add_argument("--method", help="a registered method: simcse, mcse, kdmcse, dalr or one of "
@@ -211,9 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="load methods of your own first (docs/methods.md)")
     p.add_argument("--storage", default="runs/ray", help="Ray storage path for checkpoints")
     p.add_argument("--address", help="Ray address to join (default: embedded local Ray)")
-    p.add_argument("--max-failures", type=int, default=0, help="worker-group restarts on failure")
+    p.add_argument("--max-failures", type=option(count(0)), default=0,
+                   help="worker-group restarts on failure")
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. lr=2e-5 seed=3")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from trainables.cli import writable_folder
     from trainables.profiles import build_config
     from trainables.ray_env import init_ray, root_cause, storage_uri
 
@@ -224,11 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         overrides = load_yaml(args.config) if args.config else {}
         overrides.update(parse_cli_overrides(args.overrides))
         cfg = build_config(args.profile, args.method, overrides)
+        if "://" not in args.storage:
+            writable_folder(args.storage, "--storage")
+        if not args.address:
+            _check_fits(cfg)
         from trainables.data import check_dims, load_data
 
         check_dims(cfg, load_data(cfg))  # bad data fails here, before Ray starts
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     print(f"run {cfg.config_hash()}: {cfg.objective.method} on {cfg.encoder}, seed {cfg.seed}")
     init_ray(args.address)
@@ -237,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_torch_trainer([(key, cfg)], f"run-{cfg.config_hash()}", storage,
                                    max_failures=args.max_failures)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except Exception as e:  # Train V2 raises the workers' error from fit()
         print(f"error: run failed: {root_cause(e)}", file=sys.stderr)
         return 1
@@ -248,6 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     if result.checkpoint is not None and m.get("model"):
         print(f"best model: {result.checkpoint.path}/{m['model']}")
     return 0
+
+
+def _check_fits(cfg: RunConfig) -> None:
+    """Without ``--address``, the run's workers must fit this machine (one CPU each)."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    if cfg.num_workers > cpus:
+        raise ValueError(f"num_workers={cfg.num_workers} needs {cfg.num_workers} CPUs (one per "
+                         f"Train worker) but this machine has {cpus}; lower num_workers")
 
 
 def print_final(m: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis import plots, tables
+from orchestrator.spec.grids import path_part
 from orchestrator.tracking.client import Tracker
 
 
@@ -96,7 +97,8 @@ def _log_summary(tracker: Tracker, parent_id: str, a: tables.TableAnalysis, spec
 
 
 def report_dir(tracker: Tracker, name: str, parent_id: str) -> Path:
-    """Beside the MLflow store: ``<store folder>/reports/<name>-<run id prefix>``."""
+    """Beside the MLflow store: ``<store folder>/reports/<name>-<run id prefix>``, the name
+    reduced to one safe path component (``orchestrator.spec.grids.path_part``)."""
     uri = tracker.uri
     root = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else Path.cwd()
-    return root / "reports" / f"{name}-{parent_id[:8]}"
+    return root / "reports" / path_part(f"{name}-{parent_id[:8]}")

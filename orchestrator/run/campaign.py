@@ -27,7 +27,6 @@ from typing import Any
 from orchestrator.run.options import Options
 from orchestrator.run.resources import (
     TRIAL_DRIVER_RESOURCES,
-    Resources,
     local_resources,
     wait_for_resources,
 )
@@ -48,6 +47,9 @@ class Campaign:
     spec: Mapping[str, Any]
     """the report's spec (``orchestrator.results.report.grid_spec``), stored on the parent as grid.json"""
     tags: Mapping[str, str] = field(default_factory=dict)
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    """what the plan is made of (``orchestrator.spec.plan.plan_summary``): stored on the parent,
+    compared by a later ``--resume`` whose plan differs"""
 
 
 @dataclass
@@ -63,35 +65,177 @@ class Outcome:
 
 
 class Session:
+    """Use as a context manager: however the campaign ends (done, Ctrl-C or SIGTERM, a full
+    disk, an error), no run of it is left RUNNING and its driver lock is released."""
+
     def __init__(self, campaign: Campaign, opts: Options, array_keys: Mapping[str, str]):
-        from orchestrator.tracking.client import Tracker
-        from orchestrator.tracking.journal import Journal
-        from trainables.ray_env import init_ray, storage_uri
+        from orchestrator.run.driver import DriverLock, check_store, lock_paths
+        from orchestrator.run.preflight import array_resources
+        from orchestrator.tracking.client import Tracker, sqlite_path
+        from trainables.ray_env import storage_uri
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
+        self.parent: str | None = None
+        self.resumed = False
+        self.journal: Any = None
+        self.heartbeat: Any = None
+        self._mirrors: list[Any] = []
+        self._closed = False
+        self.lock: Any = None
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
-            Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0).check_fits(
-                local_resources(), "this machine")
+            res, who = array_resources(opts, campaign.members)
+            res.check_fits(local_resources(), "this machine", who)
         self.storage = storage_uri(opts.storage)
-        self.tracker = Tracker(opts.tracking_uri)
-        init_ray(opts.address, log_to_driver=False)
+        # --resume reads a store that must exist: a wrong folder gets no new empty mlflow.db
+        try:
+            self.tracker = Tracker(opts.tracking_uri, create=not opts.resume)
+        except ValueError as e:
+            raise ValueError(f"--resume: nothing to resume: {e}" if opts.resume else str(e)) \
+                from None
+        db = sqlite_path(self.tracker.uri)
+        what = (f"python -m {COMMANDS.get(campaign.kind, 'orchestrator')} for {campaign.kind} "
+                f"{campaign.name!r} (plan {campaign.plan_id}) on {self.tracker.uri}")
+        if not opts.queue:  # a refusal before anything is locked or created (a queued
+            self._find_parent()  # command looks once the driver it waits for has ended)
+        self.lock = DriverLock(lock_paths(campaign.plan_id, db, opts.storage), what, opts.queue)
+        try:
+            if db is None:  # a server shared by machines that may share no folder
+                check_store(self.tracker, campaign.plan_id, what, opts.queue)
+            reopen = self._find_parent(quiet=True)  # again: a queued driver finds the first's
+            self._start(reopen, db is None)
+        except BaseException as e:
+            self.close(e)
+            raise
+
+    def _find_parent(self, quiet: bool = False) -> str | None:
+        """With --resume: the parent of this plan, or one line saying what the store holds
+        instead (nothing of this grid, or a plan that differs, and how). Without: None, with a
+        note when an unfinished parent of the same plan could have been resumed."""
+        from orchestrator.spec.plan import plan_difference
+
+        c = self.campaign
+        found = self.tracker.find_parent(c.plan_id)
+        if not self.opts.resume:
+            if found is not None and found.info.status != "FINISHED" and not quiet:
+                print(f"note: an unfinished {c.kind} of this plan is in the store (parent "
+                      f"{found.info.run_id}, {found.info.status}); this starts a new one, "
+                      "--resume would continue it", file=sys.stderr, flush=True)
+            return None
+        if found is not None:
+            return found.info.run_id
+        tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
+        latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
+        if latest is None:
+            raise ValueError(f"--resume: nothing to resume: {self.tracker.uri} holds no {c.kind} "
+                             f"of {c.name!r}; run without --resume to start it, or pass the "
+                             "--tracking-uri the interrupted run used")
+        what, fix = plan_difference(self.tracker.parent_summary(latest), c.summary)
+        rid = latest.info.run_id
+        done = len(self.tracker.finished_runs(rid))
+        how = "; ".join(what) or "its plan id differs"
+        again = (f"run with {' '.join(fix)} to resume it" if fix else
+                 "run the command it ran to resume it")
+        raise ValueError(f"--resume: no {c.kind} of this plan in {self.tracker.uri}; the latest "
+                         f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
+                         f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
+                         "drop --resume to start this plan anew")
+
+    def _start(self, reopen: str | None, heartbeat: bool) -> None:
+        import json
+
         import ray
 
+        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
+        from orchestrator.run.preflight import array_resources
+        from orchestrator.run.resources import cluster_nodes
+        from orchestrator.tracking.journal import Journal
+        from trainables.ray_env import init_ray
+
+        opts, c = self.opts, self.campaign
+        try:
+            init_ray(opts.address, log_to_driver=False)
+        except Exception as e:  # a cluster that is not there, a raylet that did not come up
+            from trainables.ray_env import root_cause
+
+            where = f"the Ray cluster at {opts.address}" if opts.address else "the embedded Ray"
+            raise ConnectionError(f"{where} did not start ({root_cause(e)}); check `ray status` "
+                                  "(with --address) or the machine's load and memory, then run "
+                                  "the command again") from None
         gpus = opts.gpus_per_trial
         if gpus is None:
             gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-        self.resources = Resources(opts.cpus_per_trial, gpus, opts.max_concurrent)
+        self.resources, who = array_resources(opts, c.members, gpus)
         if opts.address:
             wait_for_resources(self.resources, opts.wait_for_workers)
         else:
-            self.resources.check_fits(ray.cluster_resources(), "the local Ray")
+            self.resources.check_fits(cluster_nodes(), "the local Ray", who)
         self.autoscaling = bool(opts.address)
-        self.slots = self.resources.concurrency(ray.cluster_resources(), self.autoscaling)
-        self.parent, self.resumed = self.tracker.start_parent(
-            campaign.parent_name, campaign.kind, campaign.plan_id, dict(campaign.tags),
-            resume=opts.resume)
+        self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
+        tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        self.parent = self.tracker.start_parent(c.parent_name, c.kind, c.plan_id, tags,
+                                                reopen=reopen, summary=c.summary)
+        self.resumed = reopen is not None
+        if heartbeat:
+            self.heartbeat = Heartbeat(self.tracker, self.parent)
         local = Path(self.storage if "://" not in self.storage else "runs").resolve()
-        self.journal = Journal(self.tracker, local / f"mlflow-journal-{campaign.plan_id}.jsonl")
+        self.journal = Journal(self.tracker, local / f"mlflow-journal-{c.plan_id}.jsonl",
+                               parent=self.parent)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(exc)
+        return False
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End what is still RUNNING (KILLED after an interrupt, FAILED after an error, with the
+        reason), stop the heartbeat, release the driver lock."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if error is not None and self.parent is not None and not self._closed:
+            from trainables.cli import one_line
+
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
+            elif isinstance(error, DiskFull):
+                self._end_all("FAILED", "the disk filled up; --resume continues the table")
+            else:
+                self._end_all("FAILED", f"the driver stopped: {one_line(error)}"[:500])
+        self._closed = True
+        if self.lock is not None:
+            self.lock.release()
+
+    def _end_all(self, status: str, reason: str) -> None:
+        """Every child still RUNNING, then the parent, end ``status`` with ``reason`` (through
+        the journal: a store that stopped answering gets them when it is synced)."""
+        from orchestrator.tracking.client import TAG
+
+        j = self.journal
+        running: list[str] = []
+        if j is not None and not j.offline:
+            try:
+                running = [r.info.run_id for r in self.tracker.children(self.parent)
+                           if r.info.status == "RUNNING"]
+            except Exception:  # the store is gone: the mirrors know what they started
+                running = []
+        for m in self._mirrors:
+            running += [h for k, h in m.runs.items() if k not in m.ended and h not in running]
+        for run in running:
+            self._write(lambda r=run: self.tracker.client.set_tag(r, f"{TAG}error", reason),
+                        "set_tag", run, {"key": f"{TAG}error", "value": reason})
+            self._write(lambda r=run: self.tracker.end(r, status), "end", run, {"status": status})
+        self._write(lambda: self.tracker.client.set_tag(self.parent, f"{TAG}error", reason),
+                    "set_tag", self.parent, {"key": f"{TAG}error", "value": reason})
+        self._write(lambda: self.tracker.end(self.parent, status), "end", self.parent,
+                    {"status": status})
+        self._closed = True
+
+    def _write(self, call, op: str, handle: str, payload: dict) -> None:
+        if self.journal is not None:
+            self.journal._write(handle, op, call, payload)
+        else:
+            call()
 
     # --- running ---------------------------------------------------------------------------
     def run(self, members: Sequence[RunPlan], experiment: str,
@@ -102,6 +246,7 @@ class Session:
         from orchestrator.run.live import LiveView
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
+        from orchestrator.spec.grids import path_part
         from orchestrator.tracking.mirror import MlflowMirror
 
         done = self.tracker.finished_runs(self.parent)
@@ -131,6 +276,7 @@ class Session:
                 print(f"  {t.label}: {t.note}", flush=True)
         mirror = MlflowMirror(arrays, self.journal, self.parent,
                               self.tracker.unfinished_runs(self.parent))
+        self._mirrors.append(mirror)
 
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
@@ -142,25 +288,67 @@ class Session:
             tune_config=tune.TuneConfig(max_concurrent_trials=self.slots,
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
-                name=experiment, storage_path=self.storage, verbose=0,
+                name=path_part(experiment), storage_path=self.storage, verbose=0,
                 callbacks=[mirror, LiveView(arrays), cleanup_callback()],
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        except Exception as e:
+            line = self.disk_full([str(e)])
+            if line is None:
+                raise
+            raise DiskFull(line) from None
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
                        interrupted=any(m.key not in ended for m in todo))
 
     # --- the end ---------------------------------------------------------------------------
+    def disk_full(self, texts: Sequence[str] = ()) -> str | None:
+        """The one line for a full disk, when a failure of this session says the disk is full."""
+        from orchestrator.run.disk import disk_full_line, full_folders, says_disk_full
+        from orchestrator.tracking.client import sqlite_path
+
+        said = [*texts, *(self.journal.failures if self.journal else []),
+                *(why for m in self._mirrors for why in m.failures.values())]
+        if not any(says_disk_full(t) for t in said):
+            return None
+        db = sqlite_path(self.tracker.uri)
+        places = [p for p in (self.storage if "://" not in self.storage else None,
+                              db.parent if db else None,
+                              self.journal.moved_from.parent if self.journal and
+                              self.journal.moved_from else None) if p]
+        upload = self.journal.upload_command() if self.journal and self.journal.kept else ""
+        return disk_full_line(full_folders(places), self.resume_command(), upload)
+
+    def resume_command(self) -> str:
+        """This command with --resume, as the user typed it (when it ran as ``python -m``)."""
+        import shlex
+
+        module = COMMANDS.get(self.campaign.kind, "")
+        argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith(
+            module.replace(".", "/") + ".py") else None
+        if argv is None:
+            return "the same command with --resume"
+        return " ".join(["python", "-m", module, *map(shlex.quote, argv),
+                         *([] if "--resume" in argv else ["--resume"])])
+
     def finish(self, spec: Mapping[str, Any], extra_md: str = "") -> int:
         """Write the report (or say why not), end the parent, print where everything is."""
         from orchestrator.results.report import build_report, report_dir
         from orchestrator.results.views import print_links, share
 
+        full = self.disk_full()
+        if full is not None:
+            self._end_all("FAILED", "the disk filled up; --resume continues the table")
+            print(f"error: {full}", file=sys.stderr)
+            return 3 if self.journal.kept else 1
         if self.journal.offline:
-            print(f"\nMLflow stopped answering during the run; {self.journal.kept} results are kept "
-                  f"in {self.journal.path}.\nWhen it is back, upload them with:\n  "
+            self._end_all("FAILED", f"MLflow stopped answering; results kept in "
+                                    f"{self.journal.path}, uploaded by orchestrator.sync")
+            print(f"\nMLflow stopped answering during the run; {self.journal.kept} results are "
+                  f"kept in {self.journal.path}.\nWhen it is back, upload them with:\n  "
                   f"{self.journal.upload_command()}\nthen render the report with:\n  python -m "
                   f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
                   file=sys.stderr)
@@ -174,11 +362,13 @@ class Session:
         if upload_error:
             self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
             self.tracker.end(self.parent, "FAILED")
+            self._closed = True
             print(f"error: the report could not be stored in MLflow ({upload_error}); it is in "
                   f"{outdir}. Upload it again with: python -m orchestrator.report --run "
                   f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
             return 1
         self.tracker.end(self.parent, "FINISHED" if complete else "FAILED")
+        self._closed = True
         print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
               "(then http://127.0.0.1:5000)")
         try:
@@ -192,41 +382,50 @@ class Session:
         return 0
 
     def interrupted(self) -> int:
-        """Ctrl-C: the parent and its unfinished children end KILLED (--resume reopens them)."""
-        for run in self.tracker.unfinished_runs(self.parent).values():
-            if self.tracker.client.get_run(run).info.status == "RUNNING":
-                self.tracker.end(run, "KILLED")
-        self.tracker.end(self.parent, "KILLED")
+        """Ctrl-C or SIGTERM: the parent and its unfinished children end KILLED (--resume
+        reopens them)."""
+        self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
+
+
+class DiskFull(OSError):
+    """The disk filled up under a campaign; the message is the one line to print."""
+
+
+COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",
+            "calibration": "orchestrator.calibrate"}
 
 
 def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) -> int:
     """A paper table: every member, then the report."""
     import json
 
-    s = Session(campaign, opts, array_keys)
-    if not s.resumed:
-        s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(dict(campaign.spec), indent=1))
-    done = s.tracker.finished_runs(s.parent)
-    n_done = sum(1 for m in campaign.members if m.key in done)
-    spec = campaign.spec
-    print(f"{spec.get('title', campaign.name)}\n{len(campaign.members)} runs "
-          f"({len(spec['cells'])} cells x {len(spec['seeds'])} seeds), {n_done} already done, "
-          f"{len(campaign.members) - n_done} to run")
-    print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
-    out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
-    if out.interrupted:
-        return s.interrupted()
-    return s.finish(campaign.spec)
+    with Session(campaign, opts, array_keys) as s:
+        if not s.resumed:
+            s.tracker.log_artifact_text(s.parent, "grid.json",
+                                        json.dumps(dict(campaign.spec), indent=1))
+        done = s.tracker.finished_runs(s.parent)
+        n_done = sum(1 for m in campaign.members if m.key in done)
+        spec = campaign.spec
+        print(f"{spec.get('title', campaign.name)}\n{len(campaign.members)} runs "
+              f"({len(spec['cells'])} cells x {len(spec['seeds'])} seeds), {n_done} already done, "
+              f"{len(campaign.members) - n_done} to run")
+        print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+        out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
+        if out.interrupted:
+            return s.interrupted()
+        return s.finish(campaign.spec)
 
 
 def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], name: str,
                    opts: Options) -> tuple[list[ArrayPlan], int]:
     """The arrays a campaign would run and how many at once, without starting anything (the
     resources were checked against this machine by ``preflight.check_campaign``)."""
-    res = Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0, opts.max_concurrent)
+    from orchestrator.run.preflight import array_resources
+
+    res, _ = array_resources(opts, members)
     slots = res.concurrency(local_resources()) if not opts.address else (opts.max_concurrent or 1)
     arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
                   opts.max_failures, opts.array_size, slots)

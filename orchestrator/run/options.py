@@ -12,8 +12,9 @@ class Options:
     profile: str | None = None
     address: str | None = None
     cpus_per_trial: float = 1.0
+    """CPUs per Train worker (an array runs ``num_workers`` workers)"""
     gpus_per_trial: float | None = None
-    """None: 1 GPU per trial when the cluster has GPUs, else 0"""
+    """GPUs per Train worker; None: 1 when the cluster has GPUs, else 0"""
     max_concurrent: int | None = None
     max_failures: int = 1
     tracking_uri: str | None = None
@@ -23,3 +24,5 @@ class Options:
     array_size: int | None = None
     """members per array; None ('auto'): as few arrays as the devices allow"""
     keep_checkpoints: bool = False
+    queue: bool = False
+    """wait for another driver of the same plan and store instead of refusing"""

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from orchestrator.run.options import Options
 from orchestrator.run.resources import Resources, local_resources
@@ -59,13 +57,9 @@ def check_storage(storage: str) -> str:
     """A local ``--storage`` folder can be created and written (URIs are the cluster's business)."""
     if "://" in storage:
         return f"storage {storage} (remote: checked by Ray when the first checkpoint is written)"
-    path = Path(storage).absolute()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"--storage {storage}: {probe} is not a writable folder; point --storage "
-                         "at a folder you can write (shared by all nodes on a cluster)")
+    from trainables.cli import writable_folder
+
+    path = writable_folder(storage, "--storage", " (shared by all nodes on a cluster)")
     return f"storage {path}: writable"
 
 
@@ -128,15 +122,30 @@ def check_methods(members: Sequence[RunPlan]) -> str:
     return f"methods: {', '.join(used)}" + (f" ({where}, loaded by every worker)" if own else "")
 
 
-def check_resources(opts: Options) -> str:
-    """Without ``--address`` nothing can join the embedded Ray: what does not fit is refused."""
+def array_resources(opts: Options, members: Sequence[RunPlan],
+                    gpus: float | None = None) -> tuple[Resources, str]:
+    """What the largest array asks for: ``num_workers`` Train workers of --cpus-per-trial CPUs
+    and --gpus-per-trial GPUs each (``gpus`` once the cluster has decided the default); and which
+    cells set that worker count ("cell 'X': ", for the refusal)."""
+    workers = max((m.run.num_workers for m in members), default=1)
+    cells = sorted({m.cell for m in members if m.run.num_workers == workers})
+    who = "" if workers == 1 else (
+        f"cell(s) {cells}: " if len(cells) < len({m.cell for m in members}) else "")
+    g = opts.gpus_per_trial if gpus is None else gpus
+    return Resources(opts.cpus_per_trial, g or 0.0, opts.max_concurrent, workers), who
+
+
+def check_resources(opts: Options, members: Sequence[RunPlan] = ()) -> str:
+    """Without ``--address`` nothing can join the embedded Ray: what does not fit is refused,
+    each array's workers counted as Ray places them (``Resources.fits``)."""
     if opts.address:
         return "resources: checked against the cluster once joined (--address)"
     here = local_resources()
-    res = Resources(opts.cpus_per_trial, opts.gpus_per_trial or 0.0, opts.max_concurrent)
-    res.check_fits(here, "this machine")
-    return (f"resources: {res.cpus_per_trial:g} CPU + {res.gpus_per_trial:g} GPU per array fit "
-            f"this machine ({here['CPU']:g} CPUs, {here['GPU']:g} GPUs)")
+    res, who = array_resources(opts, members)
+    res.check_fits(here, "this machine", who)
+    per = f"{res.cpus_per_trial:g} CPU + {res.gpus_per_trial:g} GPU per worker"
+    return (f"resources: {res.workers} worker(s) x {per} per array fit this machine "
+            f"({here['CPU']:g} CPUs, {here['GPU']:g} GPUs)")
 
 
 def check_data(members: Sequence[RunPlan]) -> DataCheck:
@@ -221,7 +230,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     check_tracking_uri(uri, "--tracking-uri" if opts.tracking_uri else "the default tracking store")
     lines.append(f"tracking {uri}: scheme known, store reachable or creatable")
     lines.append(check_storage(opts.storage))
-    lines.append(check_resources(opts))
+    lines.append(check_resources(opts, members))
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
     data = check_data(members)

@@ -36,8 +36,46 @@ class SearchArgs:
 
 def default_study(storage: str) -> str:
     root = Path(storage if "://" not in storage else "runs").resolve()
-    root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / 'optuna.db'}"
+
+
+def check_study(url: str, option: str = "--study-storage") -> str:
+    """An Optuna RDB URL that can be opened: a database URL whose driver is installed, or a
+    sqlite file whose folder can be written. Checked before anything starts (nothing created)."""
+    from sqlalchemy.engine import make_url
+
+    from trainables.cli import writable_file
+
+    try:
+        u = make_url(url)
+        backend = u.get_backend_name()
+    except Exception:
+        raise ValueError(f"{option} {url}: not a database URL; use sqlite:///PATH/optuna.db, "
+                         "postgresql://USER@HOST/DB or mysql://...") from None
+    if backend == "sqlite":
+        if not u.database or u.database == ":memory:":
+            raise ValueError(f"{option} {url}: an in-memory study is lost when the command ends; "
+                             "use sqlite:///PATH/optuna.db")
+        writable_file(u.database, option)
+    else:
+        try:
+            u.get_dialect().import_dbapi()
+        except Exception as e:
+            raise ValueError(f"{option} {url}: no driver for {backend} ({e}); install it "
+                             "(e.g. pip install psycopg2-binary) or use sqlite:///PATH/optuna.db"
+                             ) from None
+    return f"study {url}: openable"
+
+
+def open_study_storage(url: str):
+    """The Optuna storage of ``url``, its sqlite folder created first."""
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database:
+        Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(url)
 
 
 def rung_of(total_steps: int, eval_every: int) -> tuple[tuple[int, ...], float] | None:
@@ -151,8 +189,7 @@ def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dic
     from orchestrator.results import search_report
 
     done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if len(done) < 2:
-        session.tracker.end(session.parent, "FAILED")
+    if len(done) < 2:  # the session ends the parent FAILED with this reason
         raise ValueError(f"only {len(done)} configuration(s) finished the search; a search needs 2 "
                          "to compare (see the failed runs in MLflow)")
     finalists = sorted(done, key=lambda t: -t.value)[: sa.finalists]

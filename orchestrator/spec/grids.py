@@ -98,6 +98,20 @@ def slug(name: str) -> str:
     return s or "cell"
 
 
+def path_part(name: str, limit: int = 80) -> str:
+    """A name as one safe path component: letters, digits, ``_ . -``; never empty, ``.`` or
+    ``..``, never a separator. A name that had to change (``../../evil``) gets a short hash of
+    the original, so two names never share a folder. Names that are already safe
+    (``kdmcse_table3``) come back unchanged, so existing checkpoint folders keep their names."""
+    import hashlib
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:limit].strip("-.")
+    if safe == name:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{safe}-{digest}" if safe else f"name-{digest}"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     grid: str

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from orchestrator.spec.grids import Grid, expand, frozen_mapping
+from orchestrator.spec.grids import Grid, expand, frozen_mapping, path_part
 from trainables.config import RunConfig
 
 
@@ -70,7 +70,7 @@ class ArrayPlan:
     def name(self) -> str:
         """Stable per member set: a resumed array finds its Train run's checkpoints."""
         blob = json.dumps(sorted((m.key, m.config_hash) for m in self.members))
-        return f"{self.campaign}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+        return f"{path_part(self.campaign)}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
     @property
     def label(self) -> str:
@@ -184,3 +184,47 @@ def _chunks(units: list[list[RunPlan]], cap: int) -> list[list[RunPlan]]:
             out.append([])
         out[-1].extend(u)
     return [c for c in out if c]
+
+
+def plan_summary(members: Sequence[RunPlan], profile: str, profile_arg: str | None,
+                 **settings: object) -> dict:
+    """What a campaign's plan is made of, as JSON: stored on its parent run so that a later
+    ``--resume`` whose plan differs can say how (:func:`plan_difference`). ``profile`` is the
+    profile's name, ``profile_arg`` what ``--profile`` said."""
+    return {"profile": profile, "profile_arg": profile_arg, "cells": list(dict.fromkeys(m.cell for m in members)),
+            "seeds": sorted({m.seed for m in members}), "settings": dict(settings),
+            "runs": {m.key: m.config_hash for m in members}}
+
+
+def plan_difference(old: Mapping, new: Mapping) -> tuple[list[str], list[str]]:
+    """How the plan ``old`` (an interrupted campaign's) differs from ``new`` (this command's):
+    (what differs, one phrase each; the options that would ask for ``old`` again)."""
+    what: list[str] = []
+    fix: list[str] = []
+    if old.get("profile") and old["profile"] != new.get("profile"):
+        what.append(f"profile {old['profile']} there, {new.get('profile')} here")
+        fix.append(f"--profile {old.get('profile_arg') or old['profile']}")
+    old_cells, new_cells = list(old.get("cells") or []), list(new.get("cells") or [])
+    if old_cells and set(old_cells) != set(new_cells):
+        gone = [c for c in old_cells if c not in new_cells]
+        added = [c for c in new_cells if c not in old_cells]
+        what.append("cells " + "; ".join(
+            ([f"{gone} only there"] if gone else []) + ([f"{added} only here"] if added else [])))
+        fix.append("--cells " + " ".join(repr(c) if " " in c else c for c in old_cells))
+    old_seeds, new_seeds = list(old.get("seeds") or []), list(new.get("seeds") or [])
+    if old_seeds and old_seeds != new_seeds:
+        what.append(f"seeds {' '.join(map(str, old_seeds))} there, "
+                    f"{' '.join(map(str, new_seeds))} here")
+        fix.append(f"--seeds {' '.join(map(str, old_seeds))}")
+    for k, v in (old.get("settings") or {}).items():
+        if (new.get("settings") or {}).get(k) != v:
+            what.append(f"{k} {v} there, {(new.get('settings') or {}).get(k)} here")
+    old_runs, new_runs = dict(old.get("runs") or {}), dict(new.get("runs") or {})
+    common = [k for k in new_runs if k in old_runs]
+    changed = [k for k in common if old_runs[k] != new_runs[k]]
+    if common and len(changed) == len(common):
+        what.append("every run's config hash differs: the settings changed (the profile's "
+                    "contents, the grid's cells, or a newer mmemb)")
+    elif changed:
+        what.append(f"{len(changed)} of {len(common)} runs' settings differ (e.g. {changed[0]})")
+    return what, fix

@@ -3,8 +3,9 @@
 A module defines ``GRID = Grid(...)`` (a table or figure) or ``SPACE = SearchSpace(...)`` (a
 search); modules whose name starts with ``_`` are helpers. Only the module a command asks for is
 imported, so one broken file (a typo, a range with low > high) breaks only the commands that use
-it, and its error names the file. ``--list`` imports and checks every entry and names each broken
-one.
+it, and its error names the file. Wherever a grid or search comes from (``--grid NAME``,
+``--grid FILE.py``, ``--list``) it goes through the same checks (``orchestrator.spec.validate``)
+before anything uses it; ``--list`` imports and checks every entry and names each broken one.
 """
 
 from __future__ import annotations
@@ -34,8 +35,21 @@ def names() -> list[str]:
 def _import(module: str, where: str) -> Any:
     try:
         return importlib.import_module(module)
-    except (ValueError, TypeError, ImportError, SyntaxError, NameError, AttributeError) as e:
-        raise ValueError(f"{where}: {e}; fix that file") from None
+    except Exception as e:  # whatever a user's module raises: one line naming the file
+        raise ValueError(f"{where}: {_failure(e, where)}; fix that file") from None
+
+
+def _failure(e: BaseException, where: str) -> str:
+    """``line N: SomeError: message`` of an exception raised while importing ``where``."""
+    import traceback
+
+    line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
+                 if f.filename.endswith(Path(where).name)), None)
+    if isinstance(e, SyntaxError):
+        line = e.lineno
+    msg = " ".join(str(e).split()) or type(e).__name__
+    at = f"line {line}: " if line else ""
+    return f"{at}{msg}" if isinstance(e, ValueError) else f"{at}{type(e).__name__}: {msg}"
 
 
 def _entry(name: str, kind: str) -> Any:
@@ -49,9 +63,19 @@ def _entry(name: str, kind: str) -> Any:
         other = "a search (use orchestrator.search --space)" if kind == "grid" else \
             "a grid (use orchestrator.ablate --grid)"
         raise ValueError(f"{name!r} is {other if hasattr(mod, 'GRID') or hasattr(mod, 'SPACE') else 'not an entry'}")
-    obj = getattr(mod, attr)
+    obj = _typed(getattr(mod, attr), attr, f"{PACKAGE}/{name}.py")
     if obj.name != name:
         raise ValueError(f"{PACKAGE}/{name}.py defines {kind} named {obj.name!r}; name it {name!r}")
+    return obj
+
+
+def _typed(obj: Any, attr: str, where: str) -> Any:
+    want = Grid if attr == "GRID" else SearchSpace
+    if not isinstance(obj, want):
+        raise ValueError(f"{where}: {attr} is a {type(obj).__name__}, not a {want.__name__}; "
+                         f"declare {attr} = {want.__name__}(...) as search_spaces/ do")
+    if not isinstance(obj.name, str) or not obj.name.strip():
+        raise ValueError(f"{where}: {attr}.name must be a non-empty string, got {obj.name!r}")
     return obj
 
 
@@ -73,26 +97,44 @@ def _from_file(path: str, attr: str) -> Any:
         sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    except (ValueError, TypeError, ImportError, SyntaxError, NameError, AttributeError) as e:
+    except Exception as e:  # whatever a user's file raises: one line naming it
         sys.modules.pop(name, None)
-        raise ValueError(f"{path}: {e}; fix that file") from None
+        raise ValueError(f"{p}: {_failure(e, str(p))}; fix that file") from None
     finally:
         if added:
             sys.path.remove(folder)
     if not hasattr(mod, attr):
         kind = "Grid" if attr == "GRID" else "SearchSpace"
         raise ValueError(f"{p} defines no {attr}; declare {attr} = {kind}(...) as search_spaces/ do")
-    return getattr(mod, attr)
+    return _typed(getattr(mod, attr), attr, str(p))
 
 
 def load_grid(name: str) -> Grid:
-    """A grid of ``search_spaces/`` by name (or alias), or ``GRID`` of a Python file."""
-    return _from_file(name, "GRID") if name.endswith(".py") else _entry(name, "grid")
+    """A grid of ``search_spaces/`` by name (or alias), or ``GRID`` of a Python file, checked
+    (``validate_grid``) the same way either way."""
+    from orchestrator.spec.validate import validate_grid
+
+    grid = _from_file(name, "GRID") if name.endswith(".py") else _entry(name, "grid")
+    where = name if name.endswith(".py") else f"{PACKAGE}/{ALIASES.get(name, name)}.py"
+    try:
+        validate_grid(grid)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}; fix that file") from None
+    return grid
 
 
 def load_space(name: str) -> SearchSpace:
-    """A search of ``search_spaces/`` by name, or ``SPACE`` of a Python file."""
-    return _from_file(name, "SPACE") if name.endswith(".py") else _entry(name, "search")
+    """A search of ``search_spaces/`` by name, or ``SPACE`` of a Python file, checked
+    (``validate_space``) the same way either way."""
+    from orchestrator.spec.validate import validate_space
+
+    space = _from_file(name, "SPACE") if name.endswith(".py") else _entry(name, "search")
+    where = name if name.endswith(".py") else f"{PACKAGE}/{name}.py"
+    try:
+        validate_space(space)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}; fix that file") from None
+    return space
 
 
 def list_text(grids: bool = True, spaces: bool = True,

@@ -8,6 +8,7 @@ writer. Resume bookkeeping reads the same runs back: a trial is done when its ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.error
@@ -21,6 +22,7 @@ from orchestrator.tracking.provenance import git_state
 
 EXPERIMENT = "mmemb"
 TAG = "mmemb."  # prefix of our tags
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 def default_tracking_uri() -> str:
@@ -59,71 +61,231 @@ def _check_local(path: Path, uri: str, option: str) -> None:
     if not folder.is_dir():
         raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
                          f"(mkdir -p {folder}) or point {option} elsewhere")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    from trainables.cli import writable_folder
+
+    try:
+        writable_folder(folder, option)
+    except ValueError:
+        writable = False
+    else:
+        writable = not path.exists() or os.access(path, os.W_OK)
+    if not writable:
         raise ValueError(f"{option} {uri}: {path if path.exists() else folder} is not writable; "
                          f"fix its permissions or point {option} at a writable folder")
 
 
-def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Fail before anything starts when an http(s) tracking server does not answer."""
+UNREACHABLE_HINT = "start it (mlflow server ...) or drop --tracking-uri to use the local store"
+
+
+def check_reachable(uri: str, timeout: float = 5.0, hint: str = UNREACHABLE_HINT) -> None:
+    """Fail before anything starts when an http(s) tracking server does not answer, or answers
+    ``/health`` but refuses the client's own calls (:func:`client_check`)."""
     if not uri.startswith(("http://", "https://")):
         return
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
-            if r.status == 200:
-                return
+            healthy = r.status == 200
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         raise ConnectionError(
-            f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); start it "
-            "(mlflow server ...) or drop --tracking-uri to use the local store"
+            f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); {hint}"
         ) from None
-    raise ConnectionError(f"MLflow tracking server {uri} did not answer /health with 200")
+    if not healthy:
+        raise ConnectionError(f"MLflow tracking server {uri} did not answer /health with 200")
+    client_check(uri)
+
+
+def client_check(uri: str) -> None:
+    """One real client call (a search of experiments): a server can answer ``/health`` and still
+    refuse every API call, e.g. one started with ``--allowed-hosts`` that does not list the
+    host this command calls it by (403)."""
+    _http_env()
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except MlflowException as e:
+        host = urllib.parse.urlparse(uri).netloc
+        text = " ".join(str(e).split())
+        if "403" in text:
+            raise ConnectionError(
+                f"MLflow tracking server {uri} answers /health but refuses this client (403: "
+                f"{_body(text) or 'Forbidden'}); a server started with --allowed-hosts must list "
+                f"the host this command calls it by: restart it with --allowed-hosts '{host}' (or "
+                "call it by a name it allows)") from None
+        if "401" in text:
+            raise ConnectionError(
+                f"MLflow tracking server {uri} asks for credentials (401); set "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+            ) from None
+        raise ConnectionError(f"MLflow tracking server {uri} answers /health but refused a search "
+                              f"of experiments ({text[:300]})") from None
+
+
+def _body(text: str) -> str:
+    """The server's own words in an MLflow client error (``... Response body: '...'``)."""
+    if "Response body:" not in text:
+        return ""
+    return text.split("Response body:", 1)[1].strip(" '\"")[:200]
+
+
+def _http_env() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # Fail over to the local journal in seconds, not after minutes of HTTP retries.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` store (None for any other store)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def _file_store(uri: str) -> Path | None:
+    """The folder of a file store (``file:///PATH`` or a bare path); None for any other store."""
+    from mlflow.utils.uri import get_uri_scheme
+
+    scheme = get_uri_scheme(uri)
+    if scheme == "file":
+        return Path(urllib.parse.urlparse(uri).path)
+    return Path(uri) if not scheme else None
+
+
+@contextlib.contextmanager
+def schema_lock(db: Path | None):
+    """Hold a lock beside a sqlite store while its schema and experiment are created."""
+    if db is None:
+        yield
+        return
+    from trainables.filelock import file_lock
+
+    with file_lock(db.with_name(f".{db.name}.lock")):
+        yield
 
 
 class Tracker:
-    """Thin wrapper over ``MlflowClient`` with the project's run layout."""
+    """Thin wrapper over ``MlflowClient`` with the project's run layout.
 
-    def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT):
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        # Fail over to the local journal in seconds, not after minutes of HTTP retries.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    ``create=False`` (the commands that read a table: report, best, ui_links, sync): the store and
+    its experiment must already exist; nothing is created (no ``mlflow.db`` appears where a wrong
+    ``--tracking-uri`` pointed) and opening it writes nothing.
+    """
+
+    def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True):
+        _http_env()
         import mlflow
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or default_tracking_uri()
-        check_tracking_uri(self.uri)
+        where = "--tracking-uri" if uri else "the default tracking store"
+        check_tracking_uri(self.uri, where)
+        db = sqlite_path(self.uri)
+        if not create:
+            folder = db if db is not None else _file_store(self.uri)
+            if folder is not None and not folder.exists():
+                raise ValueError(
+                    f"no MLflow store at {folder} ({where} {self.uri}); pass the --tracking-uri "
+                    "the table ran with (by default mlflow.db in the folder it ran in)")
         mlflow.set_tracking_uri(self.uri)
-        self.client = MlflowClient(self.uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            artifacts = None
-            if self.uri.startswith("sqlite:"):  # keep artifacts beside the db, not in a trial's cwd
-                artifacts = (Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts").as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifacts)
-        else:
-            self.experiment_id = exp.experiment_id
-        # MLflow 3 opens GenAI experiments on a traces page; ours are training runs.
-        self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind",
-                                       "custom_model_development")
+        # Two commands starting on a fresh sqlite store would both create its schema (alembic,
+        # when the client first opens it) and its experiment, and the second would fail half-way:
+        # one at a time.
+        with schema_lock(db) if create else contextlib.nullcontext():
+            self.client = MlflowClient(self.uri)
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None and not create:
+                raise ValueError(f"the MLflow store {self.uri} holds no {experiment!r} experiment "
+                                 "(no table or search ran there); pass the --tracking-uri the "
+                                 "table ran with")
+            if exp is None:
+                artifacts = None
+                if db is not None:  # keep artifacts beside the db, not in a trial's cwd
+                    artifacts = (db.parent / "mlartifacts").as_uri()
+                self.experiment_id = self.client.create_experiment(experiment,
+                                                                   artifact_location=artifacts)
+            else:
+                self.experiment_id = exp.experiment_id
+            # MLflow 3 opens GenAI experiments on a traces page; ours are training runs.
+            if create and (exp is None or exp.tags.get(KIND_TAG) != KIND):
+                self.client.set_experiment_tag(self.experiment_id, KIND_TAG, KIND)
+
+    def run(self, run_id: str) -> Any:
+        """The run ``run_id``, or one line naming the store that has no such run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_run(run_id)
+        except MlflowException as e:
+            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST" and \
+                    "not found" not in str(e).lower():
+                raise
+        raise ValueError(f"no run {run_id} in {self.uri}; pass a parent run id that "
+                         "orchestrator.ablate (or search) printed, with the --tracking-uri it used")
+
+    def parent_run(self, run_id: str) -> Any:
+        """The table's (or search's) parent run ``run_id``, or one line saying what it is not."""
+        r = self.run(run_id)
+        if r.info.experiment_id != self.experiment_id or f"{TAG}kind" not in r.data.tags:
+            parent = r.data.tags.get("mlflow.parentRunId")
+            what = f"a child run (its parent is {parent})" if parent else "not an mmemb table"
+            raise ValueError(f"run {run_id} is {what}; pass the parent run id printed by "
+                             "orchestrator.ablate (or search)")
+        return r
 
     # --- parents ----------------------------------------------------------------------------
     def start_parent(self, name: str, kind: str, plan_id: str, tags: Mapping[str, str],
-                     resume: bool) -> tuple[str, bool]:
-        """A new parent run, or with ``resume`` the latest one of the same plan. -> (id, resumed)."""
-        if resume:
-            runs = self.client.search_runs(
-                [self.experiment_id], f"tags.`{TAG}plan_id` = '{plan_id}'",
-                order_by=["attributes.start_time DESC"], max_results=1,
-            )
-            if runs:
-                self.client.set_terminated(runs[0].info.run_id, "RUNNING")
-                return runs[0].info.run_id, True
+                     reopen: str | None = None, summary: Mapping[str, Any] | None = None) -> str:
+        """A new parent run, or ``reopen`` (a parent of the same plan, found by
+        :meth:`find_parent`) set RUNNING again. ``summary`` (``plan_summary``) is stored on a
+        new parent as ``plan.json`` so a later ``--resume`` can say how its plan differs."""
+        if reopen is not None:
+            self.client.set_terminated(reopen, "RUNNING")
+            self.client.set_tag(reopen, f"{TAG}error", "")
+            for k, v in tags.items():  # the driver now running it
+                self.client.set_tag(reopen, k, v)
+            return reopen
         run = self.client.create_run(self.experiment_id, run_name=name, tags={
             f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(), **tags,
         })
-        return run.info.run_id, False
+        if summary is not None:
+            self.client.log_text(run.info.run_id, json.dumps(summary, indent=1), "plan.json")
+        return run.info.run_id
+
+    def find_parent(self, plan_id: str) -> Any | None:
+        """The latest parent run of this plan, or None."""
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}plan_id` = '{plan_id}'",
+            order_by=["attributes.start_time DESC"], max_results=1)
+        return runs[0] if runs else None
+
+    def latest_parent(self, kind: str, tag: str, name: str) -> Any | None:
+        """The latest parent of the same grid or search (``tag`` = mmemb.grid / mmemb.space)."""
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}kind` = '{kind}' and tags.`{tag}` = '{name}'",
+            order_by=["attributes.start_time DESC"], max_results=1)
+        return runs[0] if runs else None
+
+    def parent_summary(self, run: Any) -> dict[str, Any]:
+        """A parent's ``plan.json``; for a parent made before it existed, what its children
+        and ``grid.json`` say (cells, seeds, each run's config hash)."""
+        rid = run.info.run_id
+        with contextlib.suppress(Exception):
+            return json.loads(self.load_artifact_text(rid, "plan.json"))
+        spec: dict[str, Any] = {}
+        with contextlib.suppress(Exception):
+            spec = json.loads(self.load_artifact_text(rid, "grid.json"))
+        kids = [c for c in self.children(rid) if f"{TAG}trial" in c.data.tags]
+        typed = run.data.tags.get(f"{TAG}profile", "default")
+        return {"profile": None if typed == "default" else Path(typed).stem,
+                "profile_arg": typed,
+                "cells": spec.get("cells") or list(dict.fromkeys(
+                    c.data.tags.get(f"{TAG}cell", "") for c in kids)),
+                "seeds": spec.get("seeds") or sorted({int(c.data.tags.get(f"{TAG}seed", 0))
+                                                      for c in kids}),
+                "settings": {},
+                "runs": {c.data.tags[f"{TAG}trial"]: c.data.tags.get(f"{TAG}config_hash", "")
+                         for c in kids}}
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)

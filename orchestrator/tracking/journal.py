@@ -10,26 +10,49 @@ replays the journal once the server is back:
 Runs started while offline get a placeholder handle (``pending:<trial key>``) that the replay
 maps to a real child run, reusing one left unfinished for the same trial, so replaying never
 duplicates a run.
+
+The journal's folder can fail too (a full disk holds the store, the checkpoints and the journal
+alike): the journal then moves, with what it holds, to the first writable fallback folder
+(``$MMEMB_JOURNAL_DIR``, ``~/.local/state/mmemb/journals``, the system temporary folder) and says
+so; when none is writable it says how many results it could not keep.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from orchestrator.tracking.client import Tracker
 
 PENDING = "pending:"
+FALLBACK_ENV = "MMEMB_JOURNAL_DIR"
+
+
+def fallback_dirs() -> list[Path]:
+    """Where a journal goes when its own folder cannot be written, in order."""
+    out = [Path(os.environ[FALLBACK_ENV])] if os.environ.get(FALLBACK_ENV) else []
+    return [*out, Path.home() / ".local" / "state" / "mmemb" / "journals",
+            Path(tempfile.gettempdir()) / "mmemb-journals"]
 
 
 class Journal:
-    def __init__(self, tracker: Tracker, path: Path):
-        self.tracker, self.path = tracker, path
+    def __init__(self, tracker: Tracker, path: Path, parent: str | None = None,
+                 fallbacks: Sequence[Path] | None = None):
+        self.tracker, self.path, self.parent = tracker, path, parent
+        self.fallbacks = list(fallback_dirs() if fallbacks is None else fallbacks)
         self.offline = False
         self.kept = 0
+        self.unwritten: list[str] = []
+        """entries no folder could take (kept in memory, written as soon as a folder can)"""
+        self.moved_from: Path | None = None
+        self.failures: list[str] = []
+        """why each write to MLflow or to a journal folder failed (the full-disk diagnosis)"""
 
     # --- writes -----------------------------------------------------------------------------
     def start_child(self, parent_id: str, plan: Mapping[str, Any],
@@ -78,19 +101,84 @@ class Journal:
             return True if out is None else out
         except Exception as e:  # any tracking failure: keep the write, never lose the result
             self.offline = True
-            print(f"warning: MLflow write failed ({type(e).__name__}: {str(e)[:200]}); "
-                  f"keeping results in {self.path}", file=sys.stderr, flush=True)
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            self.failures.append(why)
+            print(f"warning: MLflow write failed ({why[:200]}); keeping results in {self.path}",
+                  file=sys.stderr, flush=True)
             return None
 
     def _keep(self, entry: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-        self.kept += 1
+        if not self.kept and not self.unwritten and self.parent:  # names the table, for sync
+            self.unwritten.append(json.dumps({"op": "parent", "parent": self.parent}) + "\n")
+        self.unwritten.append(json.dumps(entry) + "\n")
+        while self.unwritten:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as f:
+                    f.write("".join(self.unwritten))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                if not self._move(e):
+                    return
+                continue
+            self.kept += len(self.unwritten)
+            self.unwritten = []
+
+    def _move(self, error: OSError) -> bool:
+        """The journal's folder failed: carry what it holds to the next fallback folder."""
+        why = f"{self.path.parent}: {error.strerror or error}"
+        self.failures.append(why)
+        try:
+            held = self.path.read_text() if self.path.is_file() else ""
+        except OSError:
+            held = ""
+        held = held[: held.rfind("\n") + 1]  # a line cut by the failed write is dropped
+        while self.fallbacks:
+            folder = self.fallbacks.pop(0)
+            target = folder / self.path.name
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                with target.open("a") as f:
+                    f.write(held)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError:
+                continue
+            print(f"warning: cannot write the journal in {why}; it is now {target}",
+                  file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # its entries moved; frees the full disk a bit
+                self.path.unlink(missing_ok=True)
+            self.moved_from = self.moved_from or self.path
+            self.path = target
+            return True
+        print(f"error: cannot keep {len(self.unwritten)} result(s) in a journal: {why}, and no "
+              f"fallback folder is writable (set {FALLBACK_ENV}); free space, then --resume "
+              "retrains the runs they belong to", file=sys.stderr, flush=True)
+        return False
 
     def upload_command(self) -> str:
         return f"python -m orchestrator.sync {self.path} --tracking-uri {self.tracker.uri}"
+
+
+def parents(journal: Path, tracker: Tracker | None = None) -> list[str]:
+    """The parent runs a journal's entries belong to (named in it, or asked of the store)."""
+    out: list[str] = []
+    handles: set[str] = set()
+    for line in journal.read_text().splitlines():
+        if not line.strip():
+            continue
+        e = json.loads(line)
+        if e["op"] in ("parent", "start_child") and e["parent"] not in out:
+            out.append(e["parent"])
+        elif e.get("handle") and not e["handle"].startswith(PENDING):
+            handles.add(e["handle"])
+    if tracker is not None and not out:
+        for h in sorted(handles):
+            p = tracker.run(h).data.tags.get("mlflow.parentRunId") or h
+            if p not in out:
+                out.append(p)
+    return out
 
 
 def replay(journal: Path, tracker: Tracker) -> int:
@@ -98,6 +186,8 @@ def replay(journal: Path, tracker: Tracker) -> int:
     handles: dict[str, str] = {}
     entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
     for e in entries:
+        if e["op"] == "parent":
+            continue
         if e["op"] == "start_child":
             plan = e["plan"]
             old = e.get("reuse") or tracker.unfinished_runs(e["parent"]).get(plan["key"])

@@ -35,10 +35,10 @@ def _store(tmp_path: Path) -> tuple[str, str, dict[str, dict]]:
     """A table of 2 cells x 2 seeds with their test scores, and one unrelated table."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tr = Tracker(uri)
-    other, _ = tr.start_parent("older table", "table", "plan0", {}, resume=False)
+    other = tr.start_parent("older table", "table", "plan0", {})
     tr.start_child(other, {"run_name": "X | seed 0", "key": "x/0", "grid": "t", "cell": "X",
                            "seed": 0, "config_hash": "h", "run": {}})
-    parent, _ = tr.start_parent("table3 (ui check)", "table", "plan", {}, resume=False)
+    parent = tr.start_parent("table3 (ui check)", "table", "plan", {})
     children = {}
     for i, (cell, seed) in enumerate([("MCSE", 0), ("MCSE", 1), ("KDMCSE", 0), ("KDMCSE", 1)]):
         run_id = tr.start_child(parent, {"run_name": f"{cell} | seed {seed}",

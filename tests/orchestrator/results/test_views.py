@@ -98,8 +98,8 @@ def test_links_without_children_need_the_experiment() -> None:
 
 def test_share_saves_a_view_whose_filter_finds_exactly_the_children(tmp_path, capsys) -> None:
     tr = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent, _ = tr.start_parent("table3 (links)", "table", "plan", {}, resume=False)
-    other, _ = tr.start_parent("table3 (other)", "table", "plan2", {}, resume=False)
+    parent = tr.start_parent("table3 (links)", "table", "plan", {})
+    other = tr.start_parent("table3 (other)", "table", "plan2", {})
     ids = {}
     for p, cell, seed in [(parent, "KDMCSE", 0), (parent, "MCSE", 0), (other, "MCSE", 0)]:
         ids[(p, cell)] = tr.start_child(p, {"run_name": f"{cell} | seed {seed}",

@@ -581,7 +581,7 @@ CASES = [
     ("ablate", "--grid {d}/nope.py --storage {w}/runs", "file {d}/nope.py does not exist"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --cpus-per-trial 64", "--cpus-per-trial 64 but this machine has"),
     # issue 14, at the command line (each also in-process in test_preflight.py)
-    ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds -1 0", "--seeds -1 0: seeds must be non-negative"),
+    ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds -1 0", "argument --seeds: -1 must be an integer >= 0"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --seeds 0", "--seeds 0: needs at least 2 seeds"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --gpus-per-trial {{gpus}}", "--gpus-per-trial {gpus} but this machine has"),
     ("ablate", f"{GRIDARGS} --profile {{d}}/ok.yaml --tracking-uri htp://localhost:5000", "MLflow has no 'htp' store"),
@@ -601,7 +601,7 @@ CASES = [
     ("report", "--run 0123abcd --tracking-uri {closed}", "unreachable"),
     ("sync", "{d}/journal.jsonl --tracking-uri {closed}", "unreachable"),
     ("convert", "clip-json --json {d}/textdir --out {w}/o.parquet", "{d}/textdir"),
-    ("convert", "clip-json --json {d}/textdir --out /proc/nope/o.parquet", "{d}/textdir"),
+    ("convert", "clip-json --json {d}/textdir --out /proc/nope/o.parquet", "--out /proc/nope/o.parquet: /proc is not a writable folder"),
     ("extract", "--pairs {d}/pairs.csv --images {d}/pairs.csv --model {d}/clip --out {w}/o.parquet", "image folder not found"),
     ("extract", "--pairs {d}/pairs.csv --images {d}/images --model {d}/nope --out {w}/o.parquet", "cannot load CLIP config"),
     ("extract", f"{EXTRACT} --num-gpus-per-actor 8", "GPU"),

@@ -55,7 +55,7 @@ def test_a_broken_module_names_its_file_and_breaks_nothing_else(package):
     g = registry.load_grid("good")
     assert isinstance(g, Grid) and g.name == "good"
     assert registry.load_space("look").num_samples == 3
-    with pytest.raises(ValueError, match=rf"^{package}/broken.py: range objective.lam: low=0.5 > "
+    with pytest.raises(ValueError, match=rf"^{package}/broken.py: line 3: range objective.lam: low=0.5 > "
                                          r"high=0.1; swap the bounds; fix that file$"):
         registry.load_grid("broken")
     assert registry.load_grid("good") is g  # still loads after the failure
@@ -166,7 +166,7 @@ def test_space_from_a_python_file(tmp_path):
 def test_a_broken_or_missing_user_file_is_named(tmp_path):
     bad = tmp_path / "bad_search.py"
     bad.write_text(textwrap.dedent(BROKEN))
-    with pytest.raises(ValueError, match=rf"^{bad}: range objective.lam: low=0.5 > high=0.1.*fix that file$"):
+    with pytest.raises(ValueError, match=rf"^{bad}: line 3: range objective.lam: low=0.5 > high=0.1.*fix that file$"):
         registry.load_space(str(bad))
     syntax = tmp_path / "syntax.py"
     syntax.write_text("GRID = (\n")

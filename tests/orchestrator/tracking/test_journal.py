@@ -24,7 +24,7 @@ def tracker(tmp_path):
 
 
 def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, capsys):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     box = Journal(tracker, tmp_path / "journal.jsonl")
     a = box.start_child(parent, plan("A", 0))
     box.log_result(a, {"step": 3, "stsb_dev": 70.0})
@@ -59,7 +59,7 @@ def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, ca
 
 
 def test_replay_reuses_an_unfinished_run_of_the_same_trial(tracker, tmp_path):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     old = tracker.start_child(parent, plan("A", 1))  # left RUNNING by a dead driver
     box = Journal(tracker, tmp_path / "j.jsonl")
     box.offline = True
@@ -89,7 +89,7 @@ def artifacts(tracker, run_id):
 
 
 def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, tmp_path, monkeypatch):
-    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    parent = tracker.start_parent("t", "table", "p", {})
     box = Journal(tracker, tmp_path / "journal.jsonl")
     a = box.start_child(parent, plan("A", 0))
     online = model_folder(tmp_path, "online")
@@ -130,3 +130,48 @@ def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, 
 def test_sync_refuses_a_missing_journal(tmp_path, capsys):
     assert sync.main([str(tmp_path / "nope.jsonl")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_journal_whose_folder_fails_moves_with_what_it_holds(tracker, tmp_path, monkeypatch,
+                                                                capsys):
+    """The journal's own folder stops taking writes (a full disk holds it too): it moves, with
+    the entries it already held, to the first writable fallback, and says where."""
+    parent = tracker.start_parent("t", "table", "p", {})
+    monkeypatch.setattr(tracker, "end", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "x")))
+    folder = tmp_path / "full"
+    box = Journal(tracker, folder / "journal.jsonl", parent=parent,
+                  fallbacks=[Path("/proc/no/such"), tmp_path / "fallback"])
+    child = tracker.start_child(parent, plan("A", 0))
+    box.end(child, "FINISHED")  # MLflow refuses: kept in the journal (header + the end)
+    assert box.path == folder / "journal.jsonl" and box.kept == 2
+    real_open = Path.open
+
+    def full(self, *args, **kwargs):
+        if self.parent == folder and "a" in (args[0] if args else kwargs.get("mode", "r")):
+            raise OSError(28, "No space left on device")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full)
+    box.set_tag(child, "mmemb.error", "disk full")
+    assert box.path == tmp_path / "fallback" / "journal.jsonl" and box.moved_from.parent == folder
+    lines = [json.loads(x) for x in box.path.read_text().splitlines()]
+    assert [e["op"] for e in lines] == ["parent", "end", "set_tag"]  # nothing lost on the way
+    assert not (folder / "journal.jsonl").exists()
+    assert f"cannot write the journal in {folder}: No space left on device; it is now " \
+           f"{box.path}" in capsys.readouterr().err
+
+
+def test_a_journal_with_nowhere_to_go_says_so_and_keeps_trying(tracker, tmp_path, monkeypatch,
+                                                                capsys):
+    parent = tracker.start_parent("t", "table", "p", {})
+    box = Journal(tracker, Path("/proc/no/journal.jsonl"), parent=parent,
+                  fallbacks=[Path("/proc/no/such")])
+    box.offline = True
+    box.end(parent, "FAILED")
+    err = capsys.readouterr().err
+    assert "error: cannot keep 2 result(s) in a journal: /proc/no" in err
+    assert "MMEMB_JOURNAL_DIR" in err and box.kept == 0 and len(box.unwritten) == 2
+    box.fallbacks = [tmp_path / "later"]  # a folder can take them again: nothing was dropped
+    box.set_tag(parent, "k", "v")
+    assert box.kept == 3 and [json.loads(x)["op"] for x in box.path.read_text().splitlines()] \
+        == ["parent", "end", "set_tag"]

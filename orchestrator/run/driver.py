@@ -1,0 +1,171 @@
+"""One driver per plan and store: a second command on the same campaign refuses at once.
+
+Two drivers of one plan would both train it: two parent runs (or, with ``--resume``, one parent
+with two children per run) and two Train runs writing the same checkpoint folders. Each driver
+therefore holds an exclusive lock per place it writes, named by the plan id:
+
+- beside a sqlite store: ``.<db name>.drivers/<plan id>.lock``;
+- in a local ``--storage`` folder: ``.drivers/<plan id>.lock`` (on a cluster this folder is shared
+  by the nodes, so drivers on two machines meet there too).
+
+The lock is an ``flock`` held for the driver's life: the kernel drops it when the process ends,
+however it ends, so a crash never leaves a stale lock. The file holds who holds it (process,
+host, start, command), which the refusal names. ``--queue`` waits for the holder instead.
+
+A tracking server shared by machines that share no folder is covered by the parent run itself:
+while a driver runs on a non-sqlite store, it refreshes ``mmemb.heartbeat`` on its parent, and a
+second driver of the plan that finds a fresh heartbeat refuses (or waits) the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+HEARTBEAT_TAG, DRIVER_TAG = "mmemb.heartbeat", "mmemb.driver"
+HEARTBEAT_S = 60.0
+"""how often a driver on a tracking server refreshes its parent's heartbeat"""
+STALE_S = 5 * HEARTBEAT_S
+"""a heartbeat older than this belongs to a driver that is gone"""
+
+
+def identity() -> dict[str, Any]:
+    """Who this driver is: process, host, start time and command line."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+            "command": " ".join(["python", *sys.argv])[:500]}
+
+
+def describe(holder: dict[str, Any]) -> str:
+    started = holder.get("started")
+    since = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(started)) if started else ""
+    cmd = f" ({holder['command']})" if holder.get("command") else ""
+    return f"process {holder.get('pid', '?')} on host {holder.get('host', '?')}{since}{cmd}"
+
+
+def lock_paths(plan_id: str, db: Path | None, storage: str) -> list[Path]:
+    """The lock files of a plan: beside a sqlite store and in a local --storage folder."""
+    out = []
+    if db is not None:
+        out.append(db.absolute().parent / f".{db.name}.drivers" / f"{plan_id}.lock")
+    if "://" not in storage:
+        out.append(Path(storage).absolute() / ".drivers" / f"{plan_id}.lock")
+    return out
+
+
+class DriverLock:
+    """The locks of one driver; :meth:`release` (or process exit) frees them."""
+
+    def __init__(self, paths: Sequence[Path], what: str, queue: bool = False,
+                 say: Callable[[str], None] | None = None):
+        self.files: list[IO[str]] = []
+        me = identity()
+        try:
+            for path in paths:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fh = path.open("a+")
+                self.files.append(fh)
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _read(path)
+                    if not queue:
+                        raise ValueError(
+                            f"{what} is already running: {describe(holder)}; wait for it to end "
+                            f"(or stop it: kill {holder.get('pid', 'PID')}), or add --queue to "
+                            "wait for it here") from None
+                    (say or _say)(f"waiting for {describe(holder)} to end (--queue)")
+                    fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.seek(0)
+                fh.truncate()
+                fh.write(json.dumps(me))
+                fh.flush()
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for fh in self.files:
+            with contextlib.suppress(OSError, ValueError):
+                fh.close()  # closing drops the flock; the file stays (another may hold it now)
+        self.files = []
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --- a tracking server shared by machines that share no folder --------------------------------
+def live_driver(tags: dict[str, str], now: float | None = None) -> dict[str, Any] | None:
+    """The driver a parent run's tags name, when its heartbeat is fresh and it is not this one."""
+    now = time.time() if now is None else now
+    try:
+        beat = float(tags.get(HEARTBEAT_TAG, "0") or 0)
+    except ValueError:
+        return None
+    if now - beat > STALE_S:
+        return None
+    try:
+        holder = json.loads(tags.get(DRIVER_TAG, "{}") or "{}")
+    except ValueError:
+        holder = {}
+    me = identity()
+    if holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
+        return None
+    return holder
+
+
+def check_store(tracker: Any, plan_id: str, what: str, queue: bool,
+                say: Callable[[str], None] | None = None, poll_s: float = 10.0) -> None:
+    """Refuse (or with ``queue`` wait) while a RUNNING parent of this plan has a fresh heartbeat
+    from another driver."""
+    flt = f"tags.`mmemb.plan_id` = '{plan_id}' and attributes.status = 'RUNNING'"
+    while True:
+        runs = tracker.client.search_runs([tracker.experiment_id], flt, max_results=20)
+        holders = [h for r in runs if (h := live_driver(dict(r.data.tags))) is not None]
+        if not holders:
+            return
+        if not queue:
+            raise ValueError(f"{what} is already running: {describe(holders[0])} (its parent run "
+                             "has a fresh heartbeat); wait for it to end, or add --queue to wait "
+                             "for it here")
+        (say or _say)(f"waiting for {describe(holders[0])} to end (--queue)")
+        say = lambda _line: None  # noqa: E731  (said once)
+        time.sleep(poll_s)
+
+
+class Heartbeat:
+    """Refreshes ``mmemb.heartbeat`` on the parent while the driver lives (a daemon thread)."""
+
+    def __init__(self, tracker: Any, parent: str, every_s: float = HEARTBEAT_S):
+        self._stop = threading.Event()
+        self.tracker, self.parent, self.every_s = tracker, parent, every_s
+        self._beat()
+        self._thread = threading.Thread(target=self._loop, name="mmemb-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        with contextlib.suppress(Exception):  # a store that stops answering: the journal's job
+            self.tracker.client.set_tag(self.parent, HEARTBEAT_TAG, f"{time.time():.0f}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._beat()
+
+    def stop(self) -> None:
+        self._stop.set()

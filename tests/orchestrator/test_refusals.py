@@ -1,0 +1,373 @@
+"""Issue 19, as a hostile new user tries it: every bad input gets one ``error:`` line naming the
+file or option, the value and the fix, a non-zero exit, before Ray starts, with nothing written.
+
+One test (or parametrized case) per row of the issue's table that needs no training; the rows
+that need a running table (two drivers at once, a full disk, SIGTERM, a hostile name end to end)
+are in ``tests/orchestrator/run/test_driver.py`` and ``tests/orchestrator/run/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import ablate, best, report, sync, ui_links
+from trainables import train
+from trainables.checks import leaf_fields
+from trainables.config import RunConfig, load_yaml
+from trainables.testing import write_tiny_profile
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory, tiny_bert) -> Path:
+    d = tmp_path_factory.mktemp("refusals")
+    write_tiny_profile(d, tiny_bert)
+    return d
+
+
+def run(work: Path, main, argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    import ray
+
+    monkeypatch.chdir(work)
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # refused while parsing the command line
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert not ray.is_initialized(), "Ray was started"
+    return rc, out, err
+
+
+def refused(work: Path, main, argv: list[str], message: str, capsys, monkeypatch,
+            code: int = 2) -> str:
+    """Exit ``code``, exactly one ``error:`` line holding ``message``, no traceback, and nothing
+    written in ``work`` (no mlflow.db, no runs/)."""
+    before = sorted(p.name for p in work.iterdir())
+    rc, out, err = run(work, main, argv, capsys, monkeypatch)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert rc == code, out[-2000:] + err[-2000:]
+    assert len(errors) == 1 and message in errors[0], err[-3000:]
+    assert "Traceback" not in err
+    assert sorted(p.name for p in work.iterdir()) == before, "something was written"
+    return errors[0]
+
+
+def table(space: Path, work: Path, *extra: str, profile: str | None = None) -> list[str]:
+    return ["--grid", "table3", "--profile", profile or str(space / "tiny.yaml"),
+            "--storage", str(work / "runs"), "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
+            *extra]
+
+
+# --- row 1: a profile with nonsense values ------------------------------------------------------
+PROFILE_ROW = [("lr", ".nan"), ("lr", ".inf"), ("max_length", "0"), ("max_length", "-5"),
+               ("eval_batch_size", "0"), ("proj_dim", "0"), ("grad_clip", "-1"),
+               ("weight_decay", "-5"), ("adam_eps", "-1"), ("num_workers", "0")]
+
+
+@pytest.mark.parametrize(("key", "value"), PROFILE_ROW, ids=[f"{k}={v}" for k, v in PROFILE_ROW])
+def test_a_profile_with_a_nonsense_value_is_refused_by_the_dry_run(key, value, space, tmp_path,
+                                                                   capsys, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((space / "tiny.yaml").read_text() + f"{key}: {value}\n")
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(bad)),
+                   f"config file {bad}: {key}=", capsys, monkeypatch)
+    assert "must be" in line and line.endswith("fix it in that file"), line
+
+
+FIELD_CASES = [(k, b) for k, chk in leaf_fields(RunConfig) for b in chk.bad_values()]
+
+
+@pytest.mark.parametrize(("key", "bad"), FIELD_CASES, ids=[f"{k}={b!r}" for k, b in FIELD_CASES])
+def test_the_profile_loader_refuses_every_fields_bad_values(key, bad, tmp_path):
+    """Generated from the config fields, as ``tests/trainables/test_checks.py`` is for overrides:
+    a profile file is refused at load time, naming itself and the setting."""
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({key: bad}))
+    with pytest.raises(ValueError) as e:
+        load_yaml(f)
+    msg = str(e.value)
+    assert msg.startswith(f"config file {f}: ") and key.split(".")[-1] in msg and "\n" not in msg
+
+
+# --- row 2: trainables.train overrides -------------------------------------------------------
+@pytest.mark.parametrize(("override", "message"), [
+    ("max_length=0", "max_length=0 must be an integer >= 3"),
+    ("seed=-1", "seed=-1 must be an integer >= 0"),
+    ("lr=nan", "lr=nan must be a finite number > 0"),
+    ("num_workers=1000", "num_workers=1000 needs 1000 CPUs"),
+])
+def test_train_overrides_are_refused_before_ray(override, message, tmp_path, capsys, monkeypatch):
+    extra = ["batch_size=1000"] if override.startswith("num_workers") else []
+    refused(tmp_path, train.main, ["--profile", "demo", "--storage", str(tmp_path / "runs"),
+                                   override, *extra], message, capsys, monkeypatch)
+
+
+# --- rows 3 and 4: resources --------------------------------------------------------------------
+def test_gpus_per_trial_nan_is_refused(space, tmp_path, capsys, monkeypatch):
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", "--gpus-per-trial", "nan"),
+            "argument --gpus-per-trial: nan must be a finite number >= 0", capsys, monkeypatch)
+
+
+def test_workers_beyond_this_machine_are_refused(space, tmp_path, capsys, monkeypatch, tiny_bert):
+    """num_workers Train workers of --cpus-per-trial CPUs each: 2x the machine's CPUs cannot
+    be placed (the run used to hang with its MLflow runs RUNNING)."""
+    n = 2 * (os.cpu_count() or 1)
+    (tmp_path / "p").mkdir()
+    write_tiny_profile(tmp_path / "p", tiny_bert, num_workers=n, batch_size=2 * n)
+    prof = str(tmp_path / "p" / "tiny.yaml")
+    work = tmp_path / "w"
+    work.mkdir()
+    line = refused(work, ablate.main, table(space, work, "--dry-run", profile=prof),
+                   f"num_workers={n} Train workers x (--cpus-per-trial 1) need {n} CPUs per array "
+                   f"but this machine has {os.cpu_count()} CPUs", capsys, monkeypatch)
+    assert f"set num_workers={os.cpu_count()} or less" in line
+    # a cell that asks for them is named
+    grid = tmp_path / "g.py"
+    grid.write_text(
+        "from orchestrator.spec.grids import Cell, Grid\n"
+        "GRID = Grid(name='g', title='t', baseline='MCSE', seeds=(0, 1), cells=(\n"
+        "    Cell('MCSE', {'objective.method': 'mcse'}),\n"
+        f"    Cell('WIDE', {{'objective.method': 'mcse', 'num_workers': {n}, "
+        f"'batch_size': {2 * n}}})))\n")
+    argv = ["--grid", str(grid), *table(space, work, "--dry-run")[2:]]
+    refused(work, ablate.main, argv, "cell(s) ['WIDE']: num_workers=", capsys, monkeypatch)
+
+
+# --- row 5: a grid file is checked as --list checks a named grid ---------------------------------
+GRID_HEAD = "from orchestrator.spec.grids import Cell, Grid\n"
+GRID_FILES = {
+    "duplicate-cells": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                        "    Cell('A', {'objective.method': 'mcse'}),\n"
+                        "    Cell('A', {'objective.method': 'kdmcse'})))\n",
+                        "duplicate cell names ['A']"),
+    "published-key": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                      "    Cell('A', {'objective.method': 'mcse'}, published={'STS99': 70.0}),))\n",
+                      "published STS99=70.0 must be finite, keyed by a column"),
+    "raises-at-import": (GRID_HEAD + "x = 1\nraise RuntimeError('no such table')\n",
+                         "line 3: RuntimeError: no such table; fix that file"),
+    "divides-by-zero": (GRID_HEAD + "SEEDS = 1 / 0\n", "line 2: ZeroDivisionError: division by zero"),
+    "not-a-grid": ("GRID = {'name': 'mine'}\n", "GRID is a dict, not a Grid"),
+    "bad-setting": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                    "    Cell('A', {'objective.method': 'mcse', 'lr': -1}),))\n",
+                    "cell 'A': invalid run config: lr=-1.0 must be a finite number > 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRID_FILES))
+def test_a_grid_file_is_validated_like_a_named_grid(case, space, tmp_path, capsys, monkeypatch):
+    text, message = GRID_FILES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "my_grid.py"
+    path.write_text(text)
+    argv = ["--grid", str(path), *table(space, work, "--dry-run")[2:]]
+    line = refused(work, ablate.main, argv, message, capsys, monkeypatch)
+    assert str(path) in line
+
+
+# --- rows 8 and 9: what --resume finds ----------------------------------------------------------
+def _store_with_table(space: Path, work: Path, seeds: list[int], hashes: str = "same"):
+    """A store holding a table of table3 on ``seeds`` (its parent and one child per run), as an
+    interrupted run leaves it; ``hashes='old'``: made by an older mmemb (no plan.json, other
+    config hashes)."""
+    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
+    from orchestrator.spec.registry import load_grid
+    from orchestrator.tracking.client import Tracker
+
+    grid = load_grid("table3")
+    prof = str(space / "tiny.yaml")
+    members = plan_runs(grid, prof, seeds)
+    tr = Tracker(f"sqlite:///{work / 'mlflow.db'}")
+    pid = plan_id("table", grid.name, members, "tiny")
+    summary = plan_summary(members, "tiny", prof) if hashes == "same" else None
+    parent = tr.start_parent("table3 (demo)", "table", pid if hashes == "same" else "0ld",
+                             {"mmemb.grid": grid.name, "mmemb.profile": prof}, summary=summary)
+    if hashes != "same":
+        tr.log_artifact_text(parent, "grid.json", json.dumps({"cells": [c.name for c in grid.cells],
+                                                              "seeds": seeds}))
+    for m in members:
+        tr.start_child(parent, {"key": m.key, "cell": m.cell, "seed": m.seed, "grid": grid.name,
+                                "config_hash": m.config_hash if hashes == "same" else "0" * 12,
+                                "run_name": m.run_name, "run": {"seed": m.seed}})
+    tr.end(parent, "KILLED")
+    return parent
+
+
+def test_resume_with_other_seeds_says_how_the_plan_differs(space, tmp_path, capsys, monkeypatch):
+    parent = _store_with_table(space, tmp_path, [0, 1])
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1", "2",
+                                                 "--resume"),
+                   f"the latest of 'kdmcse_table3' (parent {parent}, KILLED, 0 runs finished) has "
+                   "another plan: seeds 0 1 there, 0 1 2 here", capsys, monkeypatch)
+    assert "Nothing is retrained: run with --seeds 0 1 to resume it" in line
+
+
+def test_resume_of_a_store_from_an_older_version_says_the_hashes_changed(space, tmp_path, capsys,
+                                                                         monkeypatch):
+    _store_with_table(space, tmp_path, [0, 1], hashes="old")
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1", "--resume"),
+            "every run's config hash differs: the settings changed", capsys, monkeypatch)
+
+
+def test_resume_where_nothing_ran_says_so(space, tmp_path, capsys, monkeypatch):
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1", "--resume"),
+            "--resume: nothing to resume: no MLflow store at", capsys, monkeypatch)
+    from orchestrator.tracking.client import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a store, but no table in it
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1", "--resume"),
+            "holds no table of 'kdmcse_table3'; run without --resume to start it", capsys,
+            monkeypatch)
+
+
+# --- row 11: a server that answers /health but refuses the client ----------------------------
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        ok = self.path.rstrip("/") == "/health"
+        body = b"OK" if ok else b"Invalid Host header - possible DNS rebinding attack detected"
+        self.send_response(200 if ok else 403)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def refusing_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_server_refusing_the_client_fails_the_start_check(refusing_server, space, tmp_path,
+                                                             capsys, monkeypatch):
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--tracking-uri") + 1] = refusing_server
+    host = refusing_server.removeprefix("http://")
+    line = refused(tmp_path, ablate.main, argv, "answers /health but refuses this client (403",
+                   capsys, monkeypatch)
+    assert f"--allowed-hosts '{host}'" in line
+    for main, args in ((best.main, ["--run", "0" * 32, "--cell", "MCSE"]),
+                       (report.main, ["--run", "0" * 32]), (ui_links.main, ["--run", "0" * 32])):
+        refused(tmp_path, main, [*args, "--tracking-uri", refusing_server], "--allowed-hosts",
+                capsys, monkeypatch)
+
+
+# --- row 12: read-only commands -------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["best", "report", "ui_links"])
+def test_a_missing_store_or_run_is_one_line_and_creates_no_store(command, tmp_path, capsys,
+                                                                 monkeypatch):
+    main = {"best": best.main, "report": report.main, "ui_links": ui_links.main}[command]
+    args = ["--run", "0123abcd" * 4] + (["--cell", "MCSE"] if command == "best" else [])
+    refused(tmp_path, main, args, f"no MLflow store at {tmp_path / 'mlflow.db'}", capsys,
+            monkeypatch)  # the default store: ./mlflow.db, not created
+    from orchestrator.tracking.client import Tracker
+
+    Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    refused(tmp_path, main, args, f"no run {'0123abcd' * 4} in sqlite:///", capsys, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def a_table(tmp_path_factory) -> tuple[Path, str, str]:
+    """A store with a finished table: one parent, one child with a model tag (no training)."""
+    from orchestrator.tracking.client import Tracker
+
+    d = tmp_path_factory.mktemp("a-table")
+    tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
+    parent = tr.start_parent("table3 (demo)", "table", "plan", {"mmemb.grid": "kdmcse_table3"})
+    child = tr.start_child(parent, {"key": "mcse/seed-0", "cell": "MCSE", "seed": 0,
+                                    "grid": "kdmcse_table3", "config_hash": "0" * 12,
+                                    "run_name": "MCSE | seed 0", "run": {"seed": 0}})
+    tr.log_result(child, {"test/avg": 70.0, "step": 3})
+    tr.client.set_tag(child, "mmemb.model", f"runs:/{child}/model")
+    tr.end(child)
+    tr.end(parent)
+    return d, parent, child
+
+
+def test_best_is_a_question_that_writes_nothing(a_table, tmp_path, capsys, monkeypatch):
+    d, parent, child = a_table
+    db = d / "mlflow.db"
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    rc, out, err = run(tmp_path, best.main, ["--run", parent, "--cell", "MCSE", "--tracking-uri",
+                                             f"sqlite:///{db}"], capsys, monkeypatch)
+    assert rc == 0, err
+    assert f"cell MCSE: seed 0, test/avg 70.00, child run {child}" in out
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest  # no experiment tag written
+    assert not list(tmp_path.iterdir())
+
+
+def test_best_refuses_an_unwritable_out_and_a_child_run(a_table, tmp_path, capsys, monkeypatch):
+    d, parent, child = a_table
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    refused(tmp_path, best.main, ["--run", parent, "--cell", "MCSE", "--tracking-uri", uri,
+                                  "--out", "/proc/x"],
+            "--out /proc/x: /proc is not a writable folder", capsys, monkeypatch)
+    refused(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri, "--out", "/proc/x"],
+            "--out /proc/x: /proc is not a writable folder", capsys, monkeypatch)
+    refused(tmp_path, ui_links.main, ["--run", child, "--tracking-uri", uri],
+            f"run {child} is a child run (its parent is {parent})", capsys, monkeypatch)
+
+
+# --- row 13: sync prints runnable commands ------------------------------------------------------
+def test_sync_prints_the_real_parent_and_never_suggests_another_store(a_table, tmp_path, capsys,
+                                                                      monkeypatch):
+    from orchestrator.results.browser_check import _free_port
+
+    d, parent, child = a_table
+    journal = tmp_path / "mlflow-journal-plan.jsonl"
+    journal.write_text(json.dumps({"op": "parent", "parent": parent}) + "\n"
+                       + json.dumps({"op": "set_tag", "handle": child, "key": "mmemb.note",
+                                     "value": "synced"}) + "\n")
+    closed = f"http://127.0.0.1:{_free_port()}"
+    line = refused(tmp_path, sync.main, [str(journal), "--tracking-uri", closed], "unreachable",
+                   capsys, monkeypatch)
+    assert "drop --tracking-uri" not in line and "start it again" in line
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    rc, out, err = run(tmp_path, sync.main, [str(journal), "--tracking-uri", uri], capsys,
+                       monkeypatch)
+    assert rc == 0, err
+    assert f"python -m orchestrator.report --run {parent} --tracking-uri {uri}" in out
+    assert "PARENT_RUN_ID" not in out
+
+
+def test_a_journal_without_its_header_still_names_its_parent(a_table, tmp_path, capsys,
+                                                             monkeypatch):
+    d, parent, child = a_table
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(json.dumps({"op": "set_tag", "handle": child, "key": "k", "value": "v"})
+                       + "\n")
+    rc, out, err = run(tmp_path, sync.main, [str(journal), "--tracking-uri",
+                                             f"sqlite:///{d / 'mlflow.db'}"], capsys, monkeypatch)
+    assert rc == 0 and f"--run {parent}" in out, err
+
+
+# --- the search's own store -----------------------------------------------------------------------
+@pytest.mark.parametrize(("url", "message"), [
+    ("not a url", "--study-storage not a url: not a database URL"),
+    ("sqlite:////proc/nope/optuna.db", "--study-storage /proc/nope/optuna.db: /proc is not a "
+                                       "writable folder"),
+    ("sqlite://", "an in-memory study is lost"),
+    ("nosuchdb://h/db", "--study-storage nosuchdb://h/db: no driver for nosuchdb"),
+])
+def test_a_bad_study_storage_is_refused_before_anything(url, message, space, tmp_path, capsys,
+                                                        monkeypatch):
+    from orchestrator import search
+
+    argv = ["--space", "kdmcse_search", "--profile", str(space / "tiny.yaml"), "--num-samples",
+            "2", "--storage", str(tmp_path / "runs"), "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}", "--study-storage", url, "--dry-run"]
+    refused(tmp_path, search.main, argv, message, capsys, monkeypatch)
