@@ -72,7 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
-    spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo"))}
+    spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
+                              "warnings": list(pre.warnings)}
     pid = plan_id("table", grid.name, members, profile_name)
     kind = "demo" if prof.get("data.demo") else profile_name
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,

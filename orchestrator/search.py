@@ -124,7 +124,8 @@ def _run(args: argparse.Namespace) -> int:
     data = check_campaign(probe, opts)  # everything, before Ray or MLflow
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or default_study(opts.storage)
-    spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo")))
+    spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo"))) | {
+        "warnings": list(data.warnings)}
     campaign = Campaign("search", space.name, f"search {space.name}", pid, (), spec,
                         {"mmemb.space": space.name, "mmemb.profile": opts.profile or "default"})
     if args.dry_run:

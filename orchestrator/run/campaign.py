@@ -87,9 +87,20 @@ class Session:
             self.resources.check_fits(ray.cluster_resources(), "the local Ray")
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(ray.cluster_resources(), self.autoscaling)
-        self.parent, self.resumed = self.tracker.start_parent(
-            campaign.parent_name, campaign.kind, campaign.plan_id, dict(campaign.tags),
-            resume=opts.resume)
+        grid = campaign.tags.get("mmemb.grid")
+        extended = self.tracker.parent_to_extend(
+            campaign.kind, grid, campaign.plan_id,
+            {m.key: m.config_hash for m in campaign.members}) if opts.resume and grid else None
+        self.extended = extended is not None
+        """--resume found a parent of a subset of this plan (--cells, fewer seeds) and extends it"""
+        if extended is not None:
+            self.parent, self.resumed = extended, True
+            print(f"--resume: extending parent run {extended}, which ran a subset of these runs "
+                  "(its finished runs are reused)", flush=True)
+        else:
+            self.parent, self.resumed = self.tracker.start_parent(
+                campaign.parent_name, campaign.kind, campaign.plan_id, dict(campaign.tags),
+                resume=opts.resume)
         local = Path(self.storage if "://" not in self.storage else "runs").resolve()
         self.journal = Journal(self.tracker, local / f"mlflow-journal-{campaign.plan_id}.jsonl")
 
@@ -163,8 +174,18 @@ class Session:
                   file=sys.stderr)
             return 3
         outdir = report_dir(self.tracker, self.campaign.name, self.parent)
-        analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec), outdir,
-                                                  extra_md=extra_md)
+        try:
+            analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec),
+                                                      outdir, extra_md=extra_md)
+        except Exception as e:  # the runs are in MLflow: never leave their parent RUNNING
+            why = f"{type(e).__name__}: {e}"
+            self.tracker.client.set_tag(self.parent, "mmemb.report_error", why[:500])
+            self.tracker.end(self.parent, "FAILED")
+            print(f"error: the runs finished but the report could not be built ({why}); the "
+                  f"parent run {self.parent} ends FAILED. Rebuild the report with: python -m "
+                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
+                  file=sys.stderr)
+            return 1
         complete = all(s.complete for s in analysis.status.values())
         print("\n" + md)
         print(f"\nreport: {outdir}/report.md")
@@ -204,7 +225,7 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
     import json
 
     s = Session(campaign, opts, array_keys)
-    if not s.resumed:
+    if not s.resumed or s.extended:  # an extended parent's table grows: its spec is this one
         s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(dict(campaign.spec), indent=1))
     done = s.tracker.finished_runs(s.parent)
     n_done = sum(1 for m in campaign.members if m.key in done)

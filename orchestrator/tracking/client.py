@@ -125,6 +125,27 @@ class Tracker:
         })
         return run.info.run_id, False
 
+    def parent_to_extend(self, kind: str, grid: str, plan_id: str,
+                         members: Mapping[str, str]) -> str | None:
+        """For ``--resume`` of a plan that has no parent of its own: the latest parent of the same
+        kind and grid whose every child is a run of this plan with the same config hash (one run
+        with ``--cells``, fewer ``--seeds`` or fewer calibration runs). Extending it reuses its
+        finished runs. ``members``: trial key -> config hash of the plan's runs."""
+        if self.client.search_runs([self.experiment_id], f"tags.`{TAG}plan_id` = '{plan_id}'",
+                                   max_results=1):
+            return None  # start_parent resumes that one
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}kind` = '{kind}' and tags.`{TAG}grid` = '{grid}'",
+            order_by=["attributes.start_time DESC"], max_results=20)
+        for run in runs:
+            kids = [(k.data.tags.get(f"{TAG}trial"), k.data.tags.get(f"{TAG}config_hash"))
+                    for k in self.children(run.info.run_id)]
+            if kids and all(key in members and members[key] == h for key, h in kids):
+                self.client.set_tag(run.info.run_id, f"{TAG}plan_id", plan_id)
+                self.client.set_terminated(run.info.run_id, "RUNNING")
+                return run.info.run_id
+        return None
+
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)
 
