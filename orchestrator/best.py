@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from pathlib import Path
 
 from orchestrator.results.students import best_child
