@@ -164,8 +164,8 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                 warnings.append(
                     f"cell {m.cell!r}: objective.threshold={o.threshold:g} ({o.threshold_on}) "
                     f"masks {sample.masked:.0%} of {sample.n_pairs} sampled negatives of "
-                    f"{data.pairs.path}, so KDMCSE's grounding terms learn from under half of "
-                    f"each batch's negatives; to mask fewer, set a threshold above "
+                    f"{data.pairs.path}, so KDMCSE's grounding terms learn from only the "
+                    f"{1 - sample.masked:.0%} left of each batch's negatives; to mask fewer, set a threshold above "
                     f"{sample.median:.3g} (the median score), objective.threshold_on=cosine or "
                     "objective.threshold=None")
     counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)

@@ -53,7 +53,7 @@ def test_a_subset_of_cells_gets_its_table(tmp_path):
 def test_the_checks_warnings_are_the_reports_notes(tmp_path):
     tr = FakeTracker({"MCSE": _scores(0), "KDMCSE": _scores(1)})
     warning = ("cell 'KDMCSE': objective.threshold=0.8 (dot) masks 69% of 4096 sampled "
-               "negatives of store.parquet, so KDMCSE's grounding terms learn from under half")
+               "negatives of store.parquet, so KDMCSE's grounding terms learn from only the 31% left")
     _, md, _ = build_report(tr, "p", spec(warnings=[warning]), tmp_path)
     notes = md.split("Notes from the checks before the start:\n", 1)[1]
     assert notes.startswith(f"- {warning}\n")

@@ -72,8 +72,9 @@ def files(tmp_path_factory, tiny_bert) -> Path:
     clip = [20 * (common + 0.3 * rng.standard_normal((200, 32)).astype(np.float32)) / 5.7
             for _ in range(2)]
     store("big_norms", 200, 32, 32, image=clip[0], text=clip[1])
-    # the same shape at norms ~1.1: 0.8 on raw dot products masks most negatives, not all
-    most = [0.2 * (common + 0.3 * rng.standard_normal((200, 32)).astype(np.float32))
+    # the same shape scaled so raw dot products centre on 0.85: 0.8 masks most negatives, not all
+    scale = np.sqrt(0.85 / float(common @ common))
+    most = [scale * (common + 0.3 * rng.standard_normal((200, 32)).astype(np.float32))
             for _ in range(2)]
     store("most_masked", 200, 32, 32, image=most[0], text=most[1])
 
@@ -194,7 +195,7 @@ def test_threshold_masking_most_negatives_warns_in_one_line(files, tmp_path, cap
     assert len(warnings) == 1, err
     share = int(re.search(r"masks (\d+)% of 4096 sampled negatives", warnings[0]).group(1))
     assert 50 < share <= 95, warnings[0]
-    for words in ("cell 'KDMCSE'", "grounding terms learn from under half", "a threshold above",
+    for words in ("cell 'KDMCSE'", f"grounding terms learn from only the {100 - share}% left", "a threshold above",
                   "objective.threshold_on=cosine", "objective.threshold=None"):
         assert words in warnings[0], warnings[0]
 
