@@ -74,6 +74,9 @@ class Session:
                 local_resources(), "this machine")
         self.storage = storage_uri(opts.storage)
         self.tracker = Tracker(opts.tracking_uri)
+        print(f"{campaign.parent_name}: starting Ray"
+              + (f" on the cluster at {opts.address}" if opts.address else " on this machine"),
+              flush=True)  # the first line of the live view comes once Tune runs
         init_ray(opts.address, log_to_driver=False)
         import ray
 
