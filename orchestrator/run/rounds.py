@@ -125,7 +125,7 @@ def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> 
             batch = [(t.number, t.params) for t in mine]
         else:
             left = sa.num_samples - sum(1 for t in study.get_trials(deepcopy=False)
-                                        if t.state != TrialState.FAIL)
+                                        if t.state not in (TrialState.FAIL, TrialState.WAITING))
             if left <= 0:
                 return None
             batch = []
