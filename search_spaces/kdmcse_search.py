@@ -2,8 +2,8 @@
 
 Lambda is searched relative to the profile's own value (a tenth to ten times it): 0.001-0.1
 around the code's 0.01 on the paper profile, 0.1-10 around the demo's 1.0 (``DEMO_RECIPES``), so
-the range holds the configuration the baseline trains with. The search starts from that
-configuration (``start``): its winner is at least as good as the recipe on the search seeds.
+the range holds the lambda the baseline trains with. The search starts from KDMCSE as the profile
+trains it (``start``), so its winner is selected against that configuration.
 """
 
 from orchestrator.spec.spaces import FloatRange, SearchSpace, check_choices
