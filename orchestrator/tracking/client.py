@@ -89,9 +89,13 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        import logging
+
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        # A new sqlite store announces its tables at INFO; the command says where the store is.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri or default_tracking_uri()
         check_tracking_uri(self.uri)
         mlflow.set_tracking_uri(self.uri)
