@@ -18,6 +18,7 @@ confirmation through ``Session.run``, and closes it the same way. A session owns
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -158,6 +159,9 @@ class Session:
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             ),
         )
+        # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
+        # Tune's own ERROR log of it (a traceback, an OOM report) stays in its error.txt.
+        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         tuner.fit()
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
