@@ -12,6 +12,7 @@ Selecting on a test score picks the luckiest seed; ``--metric best_stsb_dev`` se
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def download_model(uri: str, out: Path) -> Path:
     import mlflow
 
     check_out(out)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line, not a bar
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
