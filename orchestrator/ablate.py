@@ -2,6 +2,7 @@
 
     python -m orchestrator.ablate --grid table3                 # demo profile on this machine
     python -m orchestrator.ablate --grid table3 --profile paper --address auto --gpus-per-trial 1
+    python -m orchestrator.ablate --grid table3 --cells KDMCSE --seeds 0 1  # some cells (+ baseline)
     python -m orchestrator.ablate --grid table3 --resume        # only the missing (cell, seed) runs
     python -m orchestrator.ablate --grid table3 --dry-run       # the runs, arrays and resources
     python -m orchestrator.ablate --grid table3 --dry-run --explain  # where each setting came from
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list (and check) the grids, one line each")
     p.add_argument("--seeds", type=int, nargs="+", help="override the grid's seeds (default 0-4)")
     p.add_argument("--cells", nargs="+", metavar="CELL",
-                   help="run only these cells (and the baseline)")
+                   help="run only these cells (and the baseline); a later --resume of more cells "
+                        "or seeds extends the same table")
     p.add_argument("--explain", action="store_true",
                    help="with --dry-run: for every cell, each setting that differs from its "
                         "default, its value and the layer that set it")
