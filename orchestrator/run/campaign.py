@@ -18,7 +18,7 @@ confirmation through ``Session.run``, and closes it the same way. A session owns
 
 from __future__ import annotations
 
-import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,6 +147,9 @@ class Session:
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
 
+        # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
+        # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
+        os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(trial_fn, arrays=arrays),
                                 TRIAL_DRIVER_RESOURCES),
@@ -159,9 +162,6 @@ class Session:
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             ),
         )
-        # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
-        # Tune's own ERROR log of it (a traceback, an OOM report) stays in its error.txt.
-        logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
         tuner.fit()
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
