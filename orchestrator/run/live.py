@@ -61,6 +61,7 @@ class LiveView(Callback):
         self.t0 = clock()
         self.total_runs = sum(len(t.members) for t in arrays)
         self.ended: set[str] = set()
+        self.failed: set[str] = set()
         self.arrays: dict[str, ArrayProgress] = {}
         """plan name -> progress, once the array has reported"""
         self.first: tuple[float, int] | None = None
@@ -82,7 +83,8 @@ class LiveView(Callback):
         return done, started + round(unseen * per_run)
 
     def counts(self, trials) -> tuple[int, int, int]:
-        """(finished, training, queued) runs: ended ones, those of running trials, the rest."""
+        """(ended, training, queued) runs: ended ones (finished, pruned or failed), those of
+        running trials, the rest."""
         running = queued = 0
         for t in trials:
             plan: ArrayPlan = self.plans[t.config["index"]]
@@ -96,8 +98,9 @@ class LiveView(Callback):
     def status(self, trials) -> str:
         now = self.clock()
         done, total = self.member_steps()
-        fin, run, queued = self.counts(trials)
-        runs = f"runs: {fin} done, {run} training, {queued} queued"
+        ended, run, queued = self.counts(trials)
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        runs = f"runs: {ended - len(self.failed)} done{failed}, {run} training, {queued} queued"
         head = f"[{_clock(now - self.t0)}]"
         if total is None:
             return (f"{head} {len(self.plans)} array{'s' * (len(self.plans) != 1)} "
@@ -107,7 +110,8 @@ class LiveView(Callback):
         if self.first is not None and now > self.first[0] and done > self.first[1]:
             rate = (done - self.first[1]) / (now - self.first[0])
             left = total - done
-            eta = f"ETA {_clock(left / rate)}" if left > 0 else "ETA: final evaluations"
+            eta = (f"ETA {_clock(left / rate)}" if left > 0 else
+                   "ETA: final evaluations" if run + queued else "ETA -")
         speed = f"{rate:.1f}/s" if rate is not None else "-/s"
         return f"{head} {done}/{total} member-steps ({share}), {speed} | {runs} | {eta}"
 
@@ -159,6 +163,7 @@ class LiveView(Callback):
             if key not in labels or key in self.ended:
                 continue
             if e.get("failed"):
+                self.failed.add(key)
                 self._leave(plan, key, step)
                 events.append(f"  FAILED {labels[key]}: {e.get('error')}")
             elif e.get("pruned"):
@@ -178,6 +183,7 @@ class LiveView(Callback):
         left = [m for m in plan.members if m.key not in self.ended]
         a = self.arrays.get(plan.name)
         for m in left:
+            self.failed.add(m.key)
             self._leave(plan, m.key, a.step if a else 0)
         if left:
             self.line(trials, f"  FAILED {plan.label}: {trial_error(trial)}")

@@ -95,9 +95,10 @@ def test_an_evaluation_and_the_runs_that_end_are_counted_once():
     view.on_trial_result(0, trials, trials[0], evaluation)
     assert f"FAILED {plans[0].members[0].label}: loss is nan" in lines[-1]
     assert "300/570 member-steps" in lines[-1]  # the failed run trains no more steps
+    assert "runs: 0 done, 1 failed, 9 training" in lines[-1]
     clock.now += 30
     final = {"step": 60, "total_steps": 60, "final": 1, "members": [
         {"key": k, "test/avg": 71.0, "best_stsb_dev": 75.0} for k in keys[1:]]}
     view.on_trial_result(0, trials, trials[0], final)
     assert lines[-1].count("  done ") == 9 and "570/570 member-steps (100%)" in lines[-1]
-    assert "runs: 10 done, 0 training" in lines[-1]
+    assert "runs: 9 done, 1 failed, 0 training" in lines[-1]
