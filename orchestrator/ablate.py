@@ -2,6 +2,7 @@
 
     python -m orchestrator.ablate --grid table3                 # demo profile on this machine
     python -m orchestrator.ablate --grid table3 --profile paper --address auto --gpus-per-trial 1
+    python -m orchestrator.ablate --grid table3 --cells KDMCSE --seeds 0 1  # some cells (+ baseline)
     python -m orchestrator.ablate --grid table3 --resume        # only the missing (cell, seed) runs
     python -m orchestrator.ablate --grid table3 --dry-run       # the runs, arrays and resources
     python -m orchestrator.ablate --grid table3 --dry-run --explain  # where each setting came from
@@ -29,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=option(SEED), nargs="+",
                    help="override the grid's seeds (default 0-4)")
     p.add_argument("--cells", nargs="+", metavar="CELL",
-                   help="run only these cells (and the baseline)")
+                   help="run only these cells (and the baseline); a later --resume of more cells "
+                        "or seeds extends the same table")
     p.add_argument("--explain", action="store_true",
                    help="with --dry-run: for every cell, each setting that differs from its "
                         "default, its value and the layer that set it")
@@ -79,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
-    spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo"))}
+    spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
+                              "warnings": list(pre.warnings)}
     pid = plan_id("table", grid.name, members, profile_name)
     kind = "demo" if prof.get("data.demo") else profile_name
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,

@@ -3,6 +3,9 @@
     python -m orchestrator.best --run PARENT_RUN_ID --cell KDMCSE
     python -m orchestrator.best --run PARENT_RUN_ID --cell KDMCSE --metric best_stsb_dev --out student/
 
+``--out student/`` writes the MLflow model there: ``SentenceTransformer("student/model.sentence_transformer")``
+and ``mlflow.sentence_transformers.load_model("student")`` load it.
+
 Selecting on a test score picks the luckiest seed; ``--metric best_stsb_dev`` selects on dev.
 A question, not a change: it writes nothing into the MLflow store.
 """
@@ -10,9 +13,12 @@ A question, not a change: it writes nothing into the MLflow store.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from orchestrator import cli
+from trainables.mlflow_model import DATA
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,6 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.tracking.client import TAG, Tracker
 
     out = cli.check_out(args.out) if args.out else None
+    if out is not None:
+        check_out(out)
     tracker = Tracker(args.tracking_uri, create=False)
     tracker.parent_run(args.run)
     c = best_child(tracker, args.run, args.cell, args.metric)
@@ -43,12 +51,39 @@ def _run(args: argparse.Namespace) -> int:
           f"{c.data.metrics[args.metric]:.2f}, child run {c.info.run_id}")
     print(f"model: {t[f'{TAG}model']}\nfolder: {t.get(f'{TAG}checkpoint', '')}")
     if out is not None:
-        import mlflow
-
-        out.mkdir(parents=True, exist_ok=True)
-        path = mlflow.artifacts.download_artifacts(t[f"{TAG}model"], dst_path=str(out))
-        print(f"downloaded to {path}")
+        out = download_model(t[f"{TAG}model"], out)
+        print(f"downloaded the MLflow model to {out}; its student loads with\n"
+              f"  SentenceTransformer(\"{out / DATA}\")\n"
+              f"  mlflow.sentence_transformers.load_model(\"{out}\")")
     return 0
+
+
+def check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out}: already exists and is not an empty folder; name a new "
+                         "folder (it is created)")
+
+
+def download_model(uri: str, out: Path) -> Path:
+    """The MLflow model at ``uri`` as the folder ``out`` itself (MLmodel, requirements and the
+    student folder ``DATA`` directly inside), written whole or not at all."""
+    import shutil
+    import tempfile
+
+    import mlflow
+
+    check_out(out)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line, not a bar
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        got = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp)))
+        if out.exists():
+            out.rmdir()
+        got.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 if __name__ == "__main__":

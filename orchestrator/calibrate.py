@@ -120,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     array_keys = pre.array_keys
     demo = bool(prof.get("data.demo"))
     spec = grid_spec(grid) | {"name": "calibration", "seeds": sorted(ctrl) or seeds[: args.group_size],
-                              "cells": [BASELINE, CONTROL] if ctrl else [BASELINE], "demo": demo}
+                              "cells": [BASELINE, CONTROL] if ctrl else [BASELINE], "demo": demo,
+                              "warnings": list(pre.warnings)}
     pub = grid.published
     direction = int(np.sign(pub[CONTROL]["avg"] - pub[BASELINE]["avg"]))
     settings = [args.runs, args.control_runs, args.first_seed]
@@ -143,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
                         plan_summary(members, profile_name, opts.profile, runs=args.runs,
                                      control_runs=args.control_runs, first_seed=args.first_seed))
     with Session(campaign, opts, array_keys) as s:
-        if not s.resumed:
+        if not s.resumed or s.extended:
             s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(spec, indent=1))
         print(f"calibration: {runs_line}\nMLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
         out = s.run(members, f"calibration-{pid}")

@@ -141,7 +141,8 @@ def _run(args: argparse.Namespace) -> int:
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or default_study(opts.storage)
     data = replace(data, checked=(*data.checked, check_study(storage_url)))
-    spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo")))
+    spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo"))) | {
+        "warnings": list(data.warnings)}
     summary = plan_summary(probe, profile_name, opts.profile, num_samples=sa.num_samples,
                            search_seeds=list(sa.search_seeds), sampler_seed=sa.seed)
     campaign = Campaign("search", space.name, f"search {space.name}", pid, (), spec,

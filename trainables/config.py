@@ -204,8 +204,9 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML file of (nested or dotted) overrides; a clear error when it is not a mapping."""
+def load_yaml(path: str | Path, reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read a YAML file of (nested or dotted) overrides; a clear error when it is not a mapping.
+    ``reserved`` top-level keys are not settings (a profile's ``base``): returned unchecked."""
     import yaml
 
     path = Path(path)
@@ -217,13 +218,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file {path} is not valid YAML ({e.__class__.__name__}); fix its syntax") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
+    kept = {k: data.pop(k) for k in reserved if k in data}
     flat = flatten(data)
     for key, value in flat.items():  # a misspelled key or a bad value: say which file
         try:
             check_key(str(key), value)
         except ValueError as e:
             raise ValueError(f"config file {path}: {e}; fix it in that file") from None
-    return flat
+    return flat | kept
 
 
 def check_key(key: str, value: Any) -> None:

@@ -17,6 +17,8 @@ import numpy as np
 SAMPLE_PAIRS = 4096
 NEARLY_ALL = 0.95
 """a filter masking more than this share of negatives leaves the grounding terms (nearly) empty"""
+MOST = 0.5
+"""a filter masking more than this share of negatives is allowed, but said up front"""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class FilterSample:
     @property
     def nearly_all(self) -> bool:
         return self.masked > NEARLY_ALL
+
+    @property
+    def most(self) -> bool:
+        return self.masked > MOST
 
 
 def sample_filter(text: np.ndarray, image: np.ndarray, threshold: float, on: str = "dot",

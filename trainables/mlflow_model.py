@@ -30,6 +30,13 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+def requirement(pkg: str, version: str | None) -> str:
+    """``pkg==version`` without a local build label: ``torch==2.13.0+cpu`` (or ``+cu121``) names
+    a wheel that only its own index serves, so a default index could not rebuild the model's
+    environment; ``torch==2.13.0`` resolves there, to whichever build it serves."""
+    return f"{pkg}=={version.split('+', 1)[0]}" if version else pkg
+
+
 def write_mlflow_model(root: Path) -> Path:
     """Turn ``root`` (which holds the student folder under ``DATA``) into an MLflow model."""
     from mlflow.models import Model
@@ -37,8 +44,7 @@ def write_mlflow_model(root: Path) -> Path:
 
     if not (root / DATA / "config.json").is_file():
         raise FileNotFoundError(f"{root / DATA} is not a saved student folder")
-    reqs = [f"{p}=={v}" if (v := _version(p)) else p
-            for p in ("sentence-transformers", "transformers", "torch")]
+    reqs = [requirement(p, _version(p)) for p in ("sentence-transformers", "transformers", "torch")]
     (root / "requirements.txt").write_text("\n".join(reqs) + "\n")
     py = platform.python_version()
     (root / "python_env.yaml").write_text(

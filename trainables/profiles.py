@@ -78,19 +78,49 @@ def profile_overrides(profile: str | None) -> tuple[str, dict[str, Any]]:
     """Resolve a profile name or YAML path to ``(name, overrides)``.
 
     None picks ``$MMEMB_PROFILE`` or ``./mmemb.yaml`` when configured, else the demo, so a fresh
-    laptop with no data runs the main job.
+    laptop with no data runs the main job. A YAML profile with ``base: demo`` (or ``paper``, or
+    another profile file, relative to this one) starts from that profile and changes only the
+    settings it names.
     """
+    name, overrides, _ = profile_layers(profile)
+    return name, overrides
+
+
+def profile_layers(profile: str | None, seen: tuple[Path, ...] = ()
+                   ) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """:func:`profile_overrides` plus, per setting, where it came from: ``profile mine`` when the
+    file names it, ``profile mine (base demo)`` when it is inherited (``--dry-run --explain``)."""
     if profile is None:
         profile = os.environ.get("MMEMB_PROFILE") or (
             "mmemb.yaml" if Path("mmemb.yaml").is_file() else "demo"
         )
-    if profile == "demo":
-        return "demo", dict(DEMO)
-    if profile == "paper":
-        return "paper", paper_profile()
-    if profile.endswith((".yaml", ".yml")) or Path(profile).exists():
-        return Path(profile).stem, load_yaml(profile)
-    raise ValueError(f"unknown profile {profile!r}; use demo, paper or a path to a YAML file")
+    if profile in ("demo", "paper"):
+        values = dict(DEMO) if profile == "demo" else paper_profile()
+        return profile, values, dict.fromkeys(values, f"profile {profile}")
+    if not (profile.endswith((".yaml", ".yml")) or Path(profile).exists()):
+        raise ValueError(f"unknown profile {profile!r}; use demo, paper or a path to a YAML file")
+    path, name = Path(profile), Path(profile).stem
+    own = load_yaml(path, reserved=("base",))
+    base = own.pop("base", None)
+    if base is None:
+        return name, own, dict.fromkeys(own, f"profile {name}")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"config file {path}: base: {base!r} must be demo, paper or a profile "
+                         "file (a path relative to this one); fix it in that file")
+    if base not in ("demo", "paper"):
+        base = str(path.parent / Path(base).expanduser())
+        if not Path(base).is_file():
+            raise ValueError(f"config file {path}: base: {base} does not exist; name demo, paper "
+                             "or an existing profile file (relative to this one)")
+        here = path.resolve()
+        if here in seen or Path(base).resolve() in (*seen, here):
+            raise ValueError(f"config file {path}: base: {base} leads back to this file; "
+                             "profiles cannot be each other's base")
+    base_name, values, _ = profile_layers(base, (*seen, path.resolve()))
+    origins = dict.fromkeys(values, f"profile {name} (base {base_name})")
+    values.update(own)
+    origins.update(dict.fromkeys(own, f"profile {name}"))
+    return name, values, origins
 
 
 def recipe(method: str, demo: bool) -> dict[str, Any]:
@@ -124,7 +154,7 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     profile, the method's recipe on that profile, then ``layers`` in order. A profile serves every
     method: its ``objective.*`` settings that the run's method does not have are left out.
     """
-    name, prof = profile_overrides(profile)
+    name, prof, layer_of = profile_layers(profile)
     for _, values in layers:
         method = values.get("objective.method", method)
     demo = bool(prof.get("data.demo"))
@@ -134,7 +164,7 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     prof = {k: v for k, v in prof.items()
             if not k.startswith("objective.") or k == "objective.method" or k[10:] in own}
     merged: dict[str, Any] = dict(prof)
-    origin = dict.fromkeys(prof, f"profile {name}")
+    origin = {k: layer_of[k] for k in prof}  # "profile X" or "profile X (base demo)"
     if method is not None:
         merged["objective.method"] = method
         for k, v in recipe(method, demo).items():

@@ -14,6 +14,7 @@ turns into one MLflow child run per member.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shutil
 import sys
@@ -126,7 +127,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         else:
             ray.train.report(metrics)
 
-    finals = trainer.fit(report, workdir)
+    queue = config.get("progress")
+
+    def progress(item: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):  # the live view's convenience, never a failure
+            queue.put_nowait({**item, "progress": 1})
+
+    finals = trainer.fit(report, workdir, progress if queue is not None and rank == 0 else None)
     failed = {m.key: m.record.error for m in trainer.members if m.record.error}
     metrics: dict[str, Any] = {"step": trainer.step, FINAL_KEY: 1, "placement_group": pg_id,
                                "total_steps": trainer.total_steps,
@@ -152,14 +159,15 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
                       callbacks: list | None = None, max_failures: int = 0, cpus: float = 1.0,
                       gpus: float = 1.0, owner: str | None = None, keep_checkpoints: bool = False,
                       halving: tuple[Sequence[int], float] | None = None,
-                      groups: dict[str, str] | None = None):
+                      groups: dict[str, str] | None = None, progress: Any = None):
     """Build and fit the TorchTrainer of one array; returns Ray's Result (raises on failure).
 
     ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several arrays on one GPU
     (Ray's fractions are logical: size the arrays to fit the GPU's memory). ``owner`` is the
     calling Tune trial's actor id, so the run ends itself if the trial is stopped.
     ``halving`` = (rung steps, eta) prunes member ``groups`` (a search configuration's seeds)
-    by successive halving inside the array.
+    by successive halving inside the array. ``progress`` is a Ray queue on which rank 0 puts
+    the array's step every few seconds (``orchestrator.run.trial``: the live view's steps).
     """
     import ray.train
     from ray.train.torch import TorchTrainer
@@ -178,7 +186,7 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
             # where the members' plug-in methods live: the workers load them before the configs
             "methods": sources({c.objective.method for _, c in members}),
             "threads": max(1, round(cpus)), "owner": owner, "keep_checkpoints": keep_checkpoints,
-            "halving": halving, "groups": groups or {},
+            "halving": halving, "groups": groups or {}, "progress": progress,
         },
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.num_workers, use_gpu=use_gpu,

@@ -35,14 +35,18 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
     to the parent run. -> (analysis, markdown, None or why the upload failed): the files on disk
     and the printed table never depend on the upload."""
     ok, failed = tracker.scores(parent_id)
-    results = {c: ok.get(c, {}) for c in spec["cells"]}
+    cells = spec["cells"]  # the cells that ran: with --cells, a subset of the grid's
+    results = {c: ok.get(c, {}) for c in cells}
+    failed = {c: s for c, s in failed.items() if c in cells}
     demo = bool(spec.get("demo"))
+    published = {c: v for c, v in (spec.get("published") or {}).items() if c in cells}
     analysis = tables.analyze(
         results, baseline=spec["baseline"], seeds=spec["seeds"], columns=spec["columns"],
-        published=spec["published"] or None, title=spec["title"], directions_only=demo,
+        published=published or None, title=spec["title"], directions_only=demo,
     )
     md = tables.to_markdown(analysis)
-    for cell, offset in (spec.get("seed_offsets") or {}).items():
+    offsets = {c: o for c, o in (spec.get("seed_offsets") or {}).items() if c in cells}
+    for cell, offset in offsets.items():
         md += (f"\n{cell} trains with seeds + {offset} (disjoint from {spec['baseline']}'s); its "
                "paired test pairs grid seed i with the baseline's seed i, an arbitrary pairing.\n")
     if failed:
@@ -51,6 +55,9 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
             for seed, why in sorted(seeds.items()))
     if spec.get("note"):
         md += f"\n\nNote: {spec['note']}\n"
+    if spec.get("warnings"):  # what the pre-start checks allowed but said (preflight)
+        md += "\n\nNotes from the checks before the start:\n" + "".join(
+            f"- {w}\n" for w in spec["warnings"])
     if demo:
         md += ("\nDemo profile: a generated corpus and a small student, so the papers' values are "
                "not comparable and no parity is shown; the report compares only the direction of "
@@ -59,9 +66,10 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "report.md").write_text(md)
     (outdir / "report.csv").write_text(tables.to_csv(analysis))
-    kind = spec["plot"] if spec["plot"] == "sweep" and spec["x"] else "bars"
+    x = {c: v for c, v in (spec.get("x") or {}).items() if c in cells}
+    kind = spec["plot"] if spec["plot"] == "sweep" and x else "bars"
     plots.to_png(analysis, outdir / "report.png", kind=kind,
-                 x=spec["x"] if kind == "sweep" else None, xlabel=spec.get("xlabel"))
+                 x=x if kind == "sweep" else None, xlabel=spec.get("xlabel"))
     try:
         for name in ("report.md", "report.csv", "report.png"):
             tracker.log_artifact_file(parent_id, outdir / name)

@@ -63,6 +63,27 @@ class Verdict:
                 "read the confirmation below as a test of the winner against the baseline only.")
 
 
+def against_baseline(scores: Mapping[str, Mapping[int, Mapping[str, float]]], best: str,
+                     baseline: str, seeds: Sequence[int]) -> str:
+    """One sentence: is the confirmed winner at least as good as the baseline on the fresh seeds
+    (STS Avg), said plainly either way."""
+    w = [scores.get(best, {}).get(s, {}).get("avg") for s in seeds]
+    b = [scores.get(baseline, {}).get(s, {}).get("avg") for s in seeds]
+    if any(v is None or not math.isfinite(v) for v in (*w, *b)):
+        return (f"**Against {baseline}:** the confirmation is incomplete (see the failed runs), "
+                "so the search's winner is not compared with the baseline.")
+    c = compare(w, b)
+    figures = (f"{c.mean_variant:.1f} ± {c.std_variant:.1f} against {baseline}'s "
+               f"{c.mean_baseline:.1f} ± {c.std_baseline:.1f} on STS Avg over fresh seeds "
+               f"{', '.join(map(str, seeds))} (Δ {c.diff:+.2f}, Student p {c.t_student_p:.3f})")
+    if c.diff >= 0:
+        verdict = "significantly better" if c.significant else "not significantly better"
+        return f"**Against {baseline}:** the winner is at least as good: {figures}, {verdict}."
+    worse = "significantly" if c.significant else "though not significantly"
+    return (f"**Against {baseline}:** the winner is WORSE than the baseline, {worse}: {figures}. "
+            "The search did not find a configuration that beats the baseline.")
+
+
 def trials_table(study, seed_values: Mapping[int, Sequence[float]]) -> str:
     """Every configuration of the study: state, params, mean ± std dev over its seeds."""
     rows = ["| trial | state | mean dev | seeds | params |", "|---|---|---|---|---|"]
@@ -72,7 +93,8 @@ def trials_table(study, seed_values: Mapping[int, Sequence[float]]) -> str:
         if len(vals) > 1:
             mean += f" ± {statistics.stdev(vals):.2f}"
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
-        rows.append(f"| {t.number} | {t.state.name.lower()} | {mean} | {len(vals)} | {params} |")
+        label = f"{t.number} (the profile's own)" if t.user_attrs.get("start") else str(t.number)
+        rows.append(f"| {label} | {t.state.name.lower()} | {mean} | {len(vals)} | {params} |")
     return "\n".join(rows)
 
 
@@ -121,8 +143,11 @@ def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence
     win = next(t for t in finalists if t.number == verdict.winner)
     best = planner.overrides(win.params)
     drawn = plots(study, outdir)
+    spec = session.campaign.spec
+    scores, _ = session.tracker.scores(session.parent)
     lines = [
         "", f"## Search: {planner.space.title}", "",
+        against_baseline(scores, spec["cells"][1], spec["baseline"], spec["seeds"]), "",
         f"Best configuration: trial {win.number}", "",
         *[f"- `{k}` = {_fmt(v)}" for k, v in sorted(best.items())], "",
         verdict.sentence(), "",

@@ -1,7 +1,8 @@
 """The best student of a cell (``python -m orchestrator.best``): the child run that scores best.
 
-Selecting on a test score picks the luckiest seed; ``best_stsb_dev`` selects on dev. The model loads with ``mlflow.sentence_transformers.load_model(URI)`` or, once downloaded,
-``SentenceTransformer("student/model.sentence_transformer")``.
+Selecting on a test score picks the luckiest seed; ``best_stsb_dev`` selects on dev. The model
+loads with ``mlflow.sentence_transformers.load_model(URI)`` or, once downloaded with ``--out
+student/``, ``SentenceTransformer("student/model.sentence_transformer")``.
 """
 
 from __future__ import annotations

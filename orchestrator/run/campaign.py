@@ -18,6 +18,7 @@ confirmation through ``Session.run``, and closes it the same way. A session owns
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,8 @@ class Session:
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
         self.parent: str | None = None
         self.resumed = False
+        self.extended = False
+        """--resume found a parent of a subset of this plan (--cells, fewer seeds) and extends it"""
         self.journal: Any = None
         self.heartbeat: Any = None
         self._mirrors: list[Any] = []
@@ -123,6 +126,12 @@ class Session:
             return None
         if found is not None:
             return found.info.run_id
+        grid = c.tags.get("mmemb.grid")
+        subset = grid and self.tracker.parent_to_extend(
+            c.kind, grid, c.plan_id, {m.key: m.config_hash for m in c.members})
+        if subset:
+            self.extended = True
+            return subset
         tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
         latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
         if latest is None:
@@ -152,6 +161,9 @@ class Session:
         from trainables.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
+        print(f"{c.parent_name}: starting Ray"
+              + (f" on the cluster at {opts.address}" if opts.address else " on this machine"),
+              flush=True)  # the first line of the live view comes once Tune runs
         try:
             init_ray(opts.address, log_to_driver=False)
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
@@ -172,6 +184,11 @@ class Session:
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        if self.extended:  # the subset's parent becomes this plan's: its runs are reused
+            print(f"--resume: extending parent run {reopen}, which ran a subset of these runs "
+                  "(its finished runs are reused)", flush=True)
+            tags["mmemb.plan_id"] = c.plan_id
+            self.tracker.client.log_text(reopen, json.dumps(c.summary, indent=1), "plan.json")
         self.parent = self.tracker.start_parent(c.parent_name, c.kind, c.plan_id, tags,
                                                 reopen=reopen, summary=c.summary)
         self.resumed = reopen is not None
@@ -281,6 +298,9 @@ class Session:
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
 
+        # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
+        # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
+        os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(trial_fn, arrays=arrays),
                                 TRIAL_DRIVER_RESOURCES),
@@ -354,8 +374,18 @@ class Session:
                   file=sys.stderr)
             return 3
         outdir = report_dir(self.tracker, self.campaign.name, self.parent)
-        analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec), outdir,
-                                                  extra_md=extra_md)
+        try:
+            analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec),
+                                                      outdir, extra_md=extra_md)
+        except Exception as e:  # the runs are in MLflow: never leave their parent RUNNING
+            why = f"{type(e).__name__}: {e}"
+            self.tracker.client.set_tag(self.parent, "mmemb.report_error", why[:500])
+            self.tracker.end(self.parent, "FAILED")
+            print(f"error: the runs finished but the report could not be built ({why}); the "
+                  f"parent run {self.parent} ends FAILED. Rebuild the report with: python -m "
+                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
+                  file=sys.stderr)
+            return 1
         complete = all(s.complete for s in analysis.status.values())
         print("\n" + md)
         print(f"\nreport: {outdir}/report.md")
@@ -403,7 +433,7 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
     import json
 
     with Session(campaign, opts, array_keys) as s:
-        if not s.resumed:
+        if not s.resumed or s.extended:  # an extended parent's table grows: its spec is this one
             s.tracker.log_artifact_text(s.parent, "grid.json",
                                         json.dumps(dict(campaign.spec), indent=1))
         done = s.tracker.finished_runs(s.parent)

@@ -1,14 +1,30 @@
-"""The live view in the terminal: one line per array evaluation and per finished member, each
-with the members' finished / running / queued counts, the elapsed time and an ETA."""
+"""The live view in the terminal: a status line for the whole campaign at least every
+``LINE_S`` seconds, and one line per array evaluation and per run that ends.
+
+A status line counts member-steps (one optimiser step of one run: an array of 10 runs at step 30
+has done 300), so arrays of any size add up to one figure for the campaign::
+
+    [1m05s] 340/1200 member-steps (28%), 5.2/s | runs: 0 done, 20 training, 0 queued | ETA 2m45s
+
+The rate is the campaign's member-steps per second since its first step, and the ETA is what is
+left at that rate: one ETA for the campaign, which falls by about the time between two lines.
+Steps come from the arrays' progress reports (rank 0 of each array, every
+``trainables.arrays.trainer.PROGRESS_S`` seconds) and their evaluations; an array that has not
+started yet counts the steps per run of those that have.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ray.tune import Callback
 
 from orchestrator.spec.plan import ArrayPlan
+
+LINE_S = 20.0
+"""at most this long between two status lines while anything trains"""
 
 
 def _clock(seconds: float) -> str:
@@ -16,17 +32,59 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+@dataclass
+class ArrayProgress:
+    """Where one array stands: its step, its members still training, the steps of those that
+    left (finished, pruned, failed)."""
+
+    total_steps: int
+    step: int = 0
+    alive: int = 0
+    left_steps: int = 0
+    """member-steps of the members that left the array: each counts the steps it trained"""
+
+    @property
+    def done(self) -> int:
+        return self.step * self.alive + self.left_steps
+
+    @property
+    def total(self) -> int:
+        return self.total_steps * self.alive + self.left_steps
+
+
 class LiveView(Callback):
-    def __init__(self, arrays: Sequence[ArrayPlan]):
+    def __init__(self, arrays: Sequence[ArrayPlan], clock: Callable[[], float] = time.monotonic,
+                 out: Callable[[str], None] | None = None):
         self.plans = list(arrays)
-        self.t0 = time.monotonic()
-        self.total = sum(len(t.members) for t in arrays)
+        self.clock = clock
+        self.out = out or (lambda line: print(line, flush=True))
+        self.t0 = clock()
+        self.total_runs = sum(len(t.members) for t in arrays)
         self.ended: set[str] = set()
-        self.progress: dict[str, tuple[int, int, int]] = {}
-        """trial name -> (step, total steps, members alive)"""
+        self.failed: set[str] = set()
+        self.arrays: dict[str, ArrayProgress] = {}
+        """plan name -> progress, once the array has reported"""
+        self.first: tuple[float, int] | None = None
+        """(time, member-steps done) at the first report: the rate counts from there"""
+        self.last_line: float | None = None
+        self.trials: list = []
+
+    # --- the figures -----------------------------------------------------------------------
+    def member_steps(self) -> tuple[int, int | None]:
+        """(done, total) member-steps of the campaign; total None until an array reports."""
+        done = sum(a.done for a in self.arrays.values())
+        started = sum(a.total for a in self.arrays.values())
+        if not self.arrays:
+            return done, None
+        runs = sum(len(t.members) for t in self.plans if t.name in self.arrays)
+        per_run = sum(a.total_steps * (len(p.members)) for p in self.plans
+                      if (a := self.arrays.get(p.name))) / max(1, runs)
+        unseen = sum(len(t.members) for t in self.plans if t.name not in self.arrays)
+        return done, started + round(unseen * per_run)
 
     def counts(self, trials) -> tuple[int, int, int]:
-        """(finished, running, queued) members: ended ones, those of running trials, the rest."""
+        """(ended, training, queued) runs: ended ones (finished, pruned or failed), those of
+        running trials, the rest."""
         running = queued = 0
         for t in trials:
             plan: ArrayPlan = self.plans[t.config["index"]]
@@ -37,62 +95,95 @@ class LiveView(Callback):
                 queued += left
         return len(self.ended), running, queued
 
-    def eta(self) -> str:
-        done = sum(s * n for s, _, n in self.progress.values())
-        todo = sum((t - s) * n for s, t, n in self.progress.values())
-        elapsed = time.monotonic() - self.t0
-        if not done or not self.progress:
-            return "ETA -"
-        unseen = self.total - len(self.ended) - sum(n for _, _, n in self.progress.values())
-        per_member = sum(t for _, t, _ in self.progress.values()) / len(self.progress)
-        todo += max(0, unseen) * per_member
-        return f"ETA {_clock(elapsed * todo / done)}"
-
     def status(self, trials) -> str:
-        fin, run, queued = self.counts(trials)
-        return (f"[{_clock(time.monotonic() - self.t0)} | {fin}/{self.total} done, {run} running, "
-                f"{queued} queued | {self.eta()}]")
+        now = self.clock()
+        done, total = self.member_steps()
+        ended, run, queued = self.counts(trials)
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        runs = f"runs: {ended - len(self.failed)} done{failed}, {run} training, {queued} queued"
+        head = f"[{_clock(now - self.t0)}]"
+        if total is None:
+            return (f"{head} {len(self.plans)} array{'s' * (len(self.plans) != 1)} "
+                    f"({self.total_runs} runs) starting | {runs} | ETA -")
+        share = f"{done / total:.0%}" if total else "-"
+        rate, eta = None, "ETA -"
+        if self.first is not None and now > self.first[0] and done > self.first[1]:
+            rate = (done - self.first[1]) / (now - self.first[0])
+            left = total - done
+            eta = (f"ETA {_clock(left / rate)}" if left > 0 else
+                   "ETA: final evaluations" if run + queued else "ETA -")
+        speed = f"{rate:.1f}/s" if rate is not None else "-/s"
+        return f"{head} {done}/{total} member-steps ({share}), {speed} | {runs} | {eta}"
+
+    def line(self, trials, *events: str) -> None:
+        self.out("\n".join([self.status(trials), *events]))
+        self.last_line = self.clock()
+
+    # --- Tune callbacks --------------------------------------------------------------------
+    def on_step_begin(self, iteration, trials, **info):
+        self.trials = trials
+        if self.last_line is None or (self.clock() - self.last_line >= LINE_S and any(
+                t.status in ("RUNNING", "PENDING") for t in trials)):
+            self.line(trials)
+
+    def _progress(self, plan: ArrayPlan, result) -> ArrayProgress | None:
+        if "total_steps" not in result:
+            return None
+        a = self.arrays.get(plan.name)
+        if a is None:
+            left = sum(1 for m in plan.members if m.key not in self.ended)
+            a = self.arrays[plan.name] = ArrayProgress(int(result["total_steps"]), alive=left)
+        a.step = max(a.step, int(result.get("step", 0)))
+        if self.first is None:
+            self.first = (self.clock(), self.member_steps()[0])
+        return a
+
+    def _leave(self, plan: ArrayPlan, key: str, step: int) -> None:
+        self.ended.add(key)
+        a = self.arrays.get(plan.name)
+        if a is not None and a.alive > 0:
+            a.alive -= 1
+            a.left_steps += step
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         plan: ArrayPlan = self.plans[trial.config["index"]]
+        a = self._progress(plan, result)
         labels = {m.key: m.label for m in plan.members}
         entries = result.get("members", [])
-        lines = []
+        step = int(result.get("step", 0))
+        events = []
+        alive = [e for e in entries if "stsb_dev" in e and not result.get("final")]
+        if alive:
+            devs = [e["stsb_dev"] for e in alive]
+            span = f"{devs[0]:.2f}" if len(devs) == 1 else f"{min(devs):.2f}-{max(devs):.2f}"
+            events.append(f"  {plan.label}: step {step}/{result.get('total_steps', '?')}, "
+                          f"STS-B dev {span}")
         for e in entries:
             key = e.get("key")
             if key not in labels or key in self.ended:
                 continue
             if e.get("failed"):
-                self.ended.add(key)
-                lines.append(f"  FAILED {labels[key]}: {e.get('error')}")
+                self.failed.add(key)
+                self._leave(plan, key, step)
+                events.append(f"  FAILED {labels[key]}: {e.get('error')}")
             elif e.get("pruned"):
-                self.ended.add(key)
-                lines.append(f"  pruned {labels[key]} at step {e['step']}")
+                self._leave(plan, key, int(e.get("step", step)))
+                events.append(f"  pruned {labels[key]} at step {e.get('step', step)}")
             elif result.get("final"):
-                self.ended.add(key)
-                lines.append(f"  done {labels[key]}: avg {e.get('test/avg', float('nan')):.2f} "
-                             f"(best STS-B dev {e.get('best_stsb_dev', float('nan')):.2f})")
-        alive = [e for e in entries if "stsb_dev" in e and not result.get("final")]
-        if "total_steps" in result:
-            self.progress[plan.name] = (int(result["step"]), int(result["total_steps"]),
-                                        len(alive) if alive else 0)
-        if alive:
-            devs = [e["stsb_dev"] for e in alive]
-            span = f"{devs[0]:.2f}" if len(devs) == 1 else f"{min(devs):.2f}-{max(devs):.2f}"
-            print(f"{self.status(trials)} {plan.label}: step {result['step']}/"
-                     f"{result.get('total_steps', '?')}  STS-B dev {span}", flush=True)
-        if lines:
-            print(self.status(trials) + "\n" + "\n".join(lines), flush=True)
+                self._leave(plan, key, a.total_steps if a else step)
+                events.append(f"  done {labels[key]}: avg {e.get('test/avg', float('nan')):.2f} "
+                              f"(best STS-B dev {e.get('best_stsb_dev', float('nan')):.2f})")
+        if events:
+            self.line(trials, *events)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         from orchestrator.tracking.mirror import trial_error
 
         plan: ArrayPlan = self.plans[trial.config["index"]]
         left = [m for m in plan.members if m.key not in self.ended]
-        self.ended.update(m.key for m in left)
-        self.progress.pop(plan.name, None)
+        a = self.arrays.get(plan.name)
+        for m in left:
+            self.failed.add(m.key)
+            self._leave(plan, m.key, a.step if a else 0)
         if left:
-            print(f"{self.status(trials)} FAILED {plan.label}: {trial_error(trial)}", flush=True)
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self.progress.pop(self.plans[trial.config["index"]].name, None)
+            self.line(trials, f"  FAILED {plan.label}: {trial_error(trial)}")

@@ -210,6 +210,14 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
             lines.append(f"cell {m.cell!r}: threshold {f.threshold:g} ({f.on}) masks "
                          f"{sample.masked:.1%} of {sample.n_pairs} sampled negatives (mean "
                          f"norms clip_text {sample.text_norm:.3g}, image {sample.image_norm:.3g})")
+            if sample.most:  # allowed (up to feature_stats.NEARLY_ALL), but said up front
+                warnings.append(
+                    f"cell {m.cell!r}: objective.threshold={f.threshold:g} ({f.on}) "
+                    f"masks {sample.masked:.0%} of {sample.n_pairs} sampled negatives of "
+                    f"{data.pairs.path}, so {m.run.objective.method}'s grounding terms learn from only the "
+                    f"{1 - sample.masked:.0%} left of each batch's negatives; to mask fewer, set a threshold above "
+                    f"{sample.median:.3g} (the median score), objective.threshold_on=cosine or "
+                    "objective.threshold=None")
     counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)
     steps[m.key] = int(min(counts.total_steps, cfg.max_steps or math.inf))
     keys[m.key] = array_key(cfg, steps[m.key])

@@ -89,8 +89,25 @@ class Planner:
     """Members of a search: (configuration, seed) runs built from the space's params."""
 
     def __init__(self, space, profile: str | None, build):
+        from orchestrator.spec.spaces import reference
+
         self.space, self.profile, self.build = space, profile, build
         self.eval_every = build(dict(space.base)).eval_every
+        self.reference = reference(space, profile)
+        """the space's base on this profile: what its relative ranges scale by"""
+
+    def start(self) -> dict[str, Any] | None:
+        """The params of the profile's own configuration, which the search tries first."""
+        if self.space.start is None:
+            return None
+        return dict(self.space.start(self.build(dict(self.space.base))))
+
+    def ask(self, study):
+        from orchestrator.spec.spaces import define_on
+
+        t = study.ask()
+        define_on(self.space, t, self.profile, self.reference)
+        return t
 
     def overrides(self, params: dict[str, Any]) -> dict[str, Any]:
         from orchestrator.spec.spaces import params_to_overrides
@@ -135,6 +152,9 @@ def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> 
     """Ask, train and tell until the study holds ``num_samples`` configurations."""
     from optuna.trial import TrialState
 
+    start = planner.start()
+    if start is not None and not study.get_trials(deepcopy=False):  # a new study
+        study.enqueue_trial(start, user_attrs={"start": 1})
     rnd = 0
     while True:
         mine = [t for t in study.get_trials(deepcopy=False)
@@ -143,13 +163,12 @@ def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> 
             batch = [(t.number, t.params) for t in mine]
         else:
             left = sa.num_samples - sum(1 for t in study.get_trials(deepcopy=False)
-                                        if t.state != TrialState.FAIL)
+                                        if t.state not in (TrialState.FAIL, TrialState.WAITING))
             if left <= 0:
                 return None
             batch = []
             for _ in range(min(sa.round_size, left)):
-                t = study.ask()
-                planner.space.define(t)
+                t = planner.ask(study)
                 t.set_user_attr("plan_id", pid)
                 batch.append((t.number, dict(t.params)))
         members = [m for n, params in batch for m in planner.trial_members("search", n, params, sa.search_seeds)]

@@ -42,11 +42,14 @@ def trial_fn(config: dict[str, Any], arrays: Sequence[ArrayPlan]) -> None:
     def run(callbacks: list) -> Any:
         # The name is stable per member set: after a driver kill, --resume relaunches the same
         # Train run, which continues from its own latest checkpoint instead of starting over.
+        # Rank 0's progress goes on the reports' queue, so it reaches Tune in the same order.
+        queue = next((c.queue for c in callbacks if isinstance(c, QueueReports)), None)
         return run_torch_trainer(
             [(m.key, m.run) for m in plan.members], plan.name, plan.storage,
             callbacks=callbacks, max_failures=plan.max_failures, cpus=plan.cpus,
             gpus=plan.gpus, owner=owner, keep_checkpoints=plan.keep_checkpoints,
             halving=plan.halving, groups={m.key: m.group for m in plan.members if m.group},
+            progress=queue,
         )
 
     try:
@@ -107,11 +110,11 @@ class QueueReports(UserCallback):
     """
 
     def __init__(self, queue: Any) -> None:
-        self._queue = queue
+        self.queue = queue
 
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]],
                      checkpoint: Any) -> None:
         item = dict(metrics[0])
         if checkpoint:
             item["checkpoint_path"] = checkpoint.path
-        self._queue.put(item)  # returns once the queue holds it: the run ends after its reports
+        self.queue.put(item)  # returns once the queue holds it: the run ends after its reports

@@ -35,12 +35,60 @@ class FloatRange:
     low: float
     high: float
     log: bool = False
+    relative: bool = False
+    """``low`` and ``high`` are factors of the setting's value on the profile the search runs on
+    (the space's base there, recipe included): ``FloatRange("objective.lam", 0.1, 10,
+    relative=True)`` searches 0.001-0.1 around the paper's lambda 0.01 and 0.1-10 around the
+    demo's 1.0, so the range always holds the profile's own working value"""
 
     def __post_init__(self) -> None:
         check_range(self.name, self.low, self.high, self.log)
+        if self.relative and self.low <= 0:
+            raise ValueError(f"range {self.name}: relative factors must be > 0, got low={self.low}")
+
+    def bounds(self, trial: Any) -> tuple[float, float]:
+        if not self.relative:
+            return self.low, self.high
+        ref = getattr(trial, "reference", None)
+        if ref is None:
+            raise ValueError(f"range {self.name} is relative to the profile's value: call the "
+                             "space's define through orchestrator.spec.spaces.define_on")
+        value = ref.get(self.name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"range {self.name} is relative to the profile's value, which is "
+                             f"{value!r}; give the space absolute bounds for it")
+        return self.low * value, self.high * value
 
     def suggest(self, trial: Any) -> float:
-        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+        low, high = self.bounds(trial)
+        return trial.suggest_float(self.name, low, high, log=self.log)
+
+
+class ProfileTrial:
+    """An Optuna trial that also carries ``reference``, the settings of the space's base on the
+    profile the search runs on: what a relative :class:`FloatRange` scales by."""
+
+    def __init__(self, trial: Any, reference: Mapping[str, Any]):
+        self._trial, self.reference = trial, reference
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trial, name)
+
+
+def reference(space: SearchSpace, profile: str | None) -> dict[str, Any]:
+    """The dotted settings of ``space.base`` built on ``profile`` (its recipe included)."""
+    from trainables.config import flatten
+    from trainables.profiles import build_config
+
+    return flatten(build_config(profile, overrides=dict(space.base)).to_dict())
+
+
+def define_on(space: SearchSpace, trial: Any, profile: str | None,
+              ref: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``space.define(trial)`` on ``profile``: relative ranges scaled by its values (``ref``,
+    when the caller has computed :func:`reference` already)."""
+    return dict(space.define(ProfileTrial(trial, reference(space, profile) if ref is None
+                                          else ref)) or {})
 
 
 def check_choices(name: str, choices: Sequence[Any]) -> tuple[Any, ...]:
@@ -73,6 +121,9 @@ class SearchSpace:
     mode: str = "max"
     num_samples: int = 20
     confirm_seeds: tuple[int, ...] = (100, 101, 102, 103, 104)
+    start: Callable[[Any], Mapping[str, Any]] | None = None
+    """the params of the profile's own configuration (given the RunConfig of ``base`` on it),
+    tried first: the search then starts from the recipe it is to improve on"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", frozen_mapping(self.base))
@@ -92,7 +143,7 @@ def params_to_overrides(space: SearchSpace, params: Mapping[str, Any], profile: 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            derived = dict(space.define(fixed) or {})
+            derived = define_on(space, fixed, profile)
         except ValueError as e:
             raise ValueError(f"search {space.name!r}: params {dict(params)} do not fit its space ({e})") from None
     for w in caught:

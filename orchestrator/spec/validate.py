@@ -7,7 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.spec.grids import Grid, check_seeds, slug
-from orchestrator.spec.spaces import SearchSpace, check_choices, params_to_overrides
+from orchestrator.spec.spaces import (
+    SearchSpace,
+    check_choices,
+    define_on,
+    params_to_overrides,
+    reference,
+)
 
 
 def _demo_build(overrides: Mapping[str, Any]) -> Any:
@@ -88,9 +94,11 @@ def validate_space(space: SearchSpace, samples: int = 4,
     seen_with: dict[str, dict[str, Any]] = {}
     """categorical -> the params of a draw that reached it (a conditional one needs its parents)"""
 
+    ref = reference(space, profile)
+
     def draw(sampler) -> None:
         t = optuna.create_study(direction="maximize", sampler=sampler).ask()
-        space.define(t)
+        define_on(space, t, profile, ref)
         for name, d in t.distributions.items():
             if isinstance(d, optuna.distributions.CategoricalDistribution):
                 choices[name] = check_choices(name, d.choices)
@@ -100,6 +108,12 @@ def validate_space(space: SearchSpace, samples: int = 4,
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where} params {t.params}: {e}") from None
 
+    if space.start is not None:  # the profile's own point must lie in the space
+        start = dict(space.start(build(dict(space.base))))
+        try:
+            _check_teachers(build(params_to_overrides(space, start, profile=profile)))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: its start {start} on profile {profile}: {e}") from None
     try:
         for i in range(samples):
             draw(optuna.samplers.RandomSampler(seed=i))

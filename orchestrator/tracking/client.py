@@ -174,9 +174,13 @@ class Tracker:
 
     def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True):
         _http_env()
+        import logging
+
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        # A new sqlite store announces its tables at INFO; the command says where the store is.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri or default_tracking_uri()
         where = "--tracking-uri" if uri else "the default tracking store"
         check_tracking_uri(self.uri, where)
@@ -286,6 +290,26 @@ class Tracker:
                 "settings": {},
                 "runs": {c.data.tags[f"{TAG}trial"]: c.data.tags.get(f"{TAG}config_hash", "")
                          for c in kids}}
+
+    def parent_to_extend(self, kind: str, grid: str, plan_id: str,
+                         members: Mapping[str, str]) -> str | None:
+        """For ``--resume`` of a plan that has no parent of its own: the latest parent of the same
+        kind and grid whose every child is a run of this plan with the same config hash (one run
+        with ``--cells``, fewer ``--seeds`` or fewer calibration runs). Extending it reuses its
+        finished runs. ``members``: trial key -> config hash of the plan's runs. Reads only: the
+        session reopens it under this plan's id."""
+        if self.client.search_runs([self.experiment_id], f"tags.`{TAG}plan_id` = '{plan_id}'",
+                                   max_results=1):
+            return None  # start_parent resumes that one
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG}kind` = '{kind}' and tags.`{TAG}grid` = '{grid}'",
+            order_by=["attributes.start_time DESC"], max_results=20)
+        for run in runs:
+            kids = [(k.data.tags.get(f"{TAG}trial"), k.data.tags.get(f"{TAG}config_hash"))
+                    for k in self.children(run.info.run_id)]
+            if kids and all(key in members and members[key] == h for key, h in kids):
+                return run.info.run_id
+        return None
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)

@@ -51,6 +51,8 @@ class MlflowMirror(Callback):
         """member key -> dev-curve steps already in MLflow (this driver's, and for runs an
         interrupted driver left behind, what their history holds)"""
         self.history_read: set[str] = set()
+        self.logged_at: dict[str, set[tuple[str, int]]] = {}
+        """member key -> (metric, step) pairs this driver has logged"""
 
     def _child(self, trial_plan: ArrayPlan, m: RunPlan) -> str:
         if m.key not in self.runs:  # once per member, even across Tune retries
@@ -98,7 +100,7 @@ class MlflowMirror(Callback):
                 self.logged_steps.setdefault(key, set()).add(int(metrics["step"]))
             if result.get("final"):
                 metrics["final"] = 1
-            self.journal.log_result(run, metrics)
+            self.journal.log_result(run, self._once(key, metrics))
             if entry.get("pruned"):
                 self.pruned[key] = int(entry["step"])
                 self.journal.set_tag(run, f"{TAG}stopped",
@@ -111,6 +113,15 @@ class MlflowMirror(Callback):
                     self.journal.set_tag(run, f"{TAG}node", str(result["node_id"]))
                 self.finals[key] = entry
                 self._end(run, key, "FINISHED")
+
+    def _once(self, key: str, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Each metric once per step: the final report repeats best_stsb_dev and best_step,
+        which the last evaluation, at the same step, has logged already."""
+        step = int(metrics["step"])
+        seen = self.logged_at.setdefault(key, set())
+        fresh = {k: v for k, v in metrics.items() if k == "step" or (k, step) not in seen}
+        seen.update((k, step) for k in metrics)
+        return fresh
 
     def _model(self, run: str, plan: ArrayPlan, folder: Path) -> None:
         """The member's best student into MLflow as a model; once it is there, Ray's copy goes

@@ -7,6 +7,7 @@ One Ray session and one MLflow store serve the whole module (both cost seconds t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,34 @@ def test_report_rerenders_from_mlflow_alone(workdir, first_run, tmp_path, capsys
     assert (tmp_path / "report.png").stat().st_size > 5000
 
 
+def test_cells_runs_a_subset_for_real_and_resume_of_the_grid_extends_it(workdir, ray_session,
+                                                                         tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--seeds", "0", "1",
+            "--storage", str(tmp_path / "runs"), "--tracking-uri", uri]
+    assert ablate.main([*argv, "--cells", "KDMCSE"]) == 0
+    out = capsys.readouterr().out
+    assert "| MCSE (baseline) |" in out and "| KDMCSE |" in out
+    assert "| without AdapACSE" not in out  # only the cells that ran
+    tr = Tracker(uri)
+    (parent,) = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
+    pid = parent.info.run_id
+    assert parent.info.status == "FINISHED"
+    assert len(tr.children(pid)) == 4
+    assert report.main(["--run", pid, "--tracking-uri", uri, "--out", str(tmp_path / "r")]) == 0
+    assert "| KDMCSE |" in (tmp_path / "r" / "report.md").read_text()
+
+    capsys.readouterr()
+    assert ablate.main([*argv, "--resume"]) == 0  # the whole grid: the subset's runs are reused
+    out = capsys.readouterr().out
+    assert f"extending parent run {pid}" in out and "4 already done, 4 to run" in out
+    (again,) = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
+    assert again.info.run_id == pid and again.info.status == "FINISHED"
+    assert len(tr.children(pid)) == 8
+    md = tr.load_artifact_text(pid, "report.md")
+    assert "| without AdapACSE |" in md and "| without threshold filtering |" in md
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["--grid", "nope"], "unknown grid 'nope'"),
     (["--grid", "table3", "--profile", "/does/not/exist.yaml"], "does not exist"),
@@ -171,13 +200,21 @@ def test_best_student_of_a_cell(workdir, first_run, tmp_path, capsys):
     tr = Tracker(f"sqlite:///{workdir / 'mlflow.db'}")
     parent = tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")[0]
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    student = tmp_path / "student"
     assert best.main(["--run", parent.info.run_id, "--cell", "KDMCSE", "--tracking-uri", uri,
-                      "--out", str(tmp_path)]) == 0
+                      "--out", str(student)]) == 0
     out = capsys.readouterr().out
     scores = {c.data.tags["mmemb.seed"]: c.data.metrics["test/avg"]
               for c in tr.children(parent.info.run_id) if c.data.tags["mmemb.cell"] == "KDMCSE"}
     top = max(scores, key=scores.get)
     assert f"cell KDMCSE: seed {top}, test/avg {scores[top]:.2f}" in out
-    assert (tmp_path / "model" / "model.sentence_transformer" / "config.json").is_file()
+    printed = re.search(r'SentenceTransformer\("([^"]+)"\)', out).group(1)
+    assert Path(printed) == student / "model.sentence_transformer"  # as the README says
+    from sentence_transformers import SentenceTransformer
+
+    assert SentenceTransformer(printed).encode(["a dog runs"]).shape == (1, 32)
+    assert best.main(["--run", parent.info.run_id, "--cell", "KDMCSE", "--tracking-uri", uri,
+                      "--out", str(student)]) == 2  # never over a folder that holds something
+    assert "already exists and is not an empty folder" in capsys.readouterr().err
     assert best.main(["--run", parent.info.run_id, "--cell", "nope", "--tracking-uri", uri]) == 2
     assert "no finished run with a model in cell 'nope'" in capsys.readouterr().err

@@ -70,6 +70,12 @@ def test_search_rounds_finalists_and_confirmation(run):
     study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
     states = sorted(t.state.name for t in study.trials)
     assert states == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+    # the search starts from the profile's own KDMCSE (demo recipe: lambda 1.0, filter off)
+    first = min(study.trials, key=lambda t: t.number)
+    assert first.params == {"objective.grounding_margin": 0.15, "objective.lam": 1.0,
+                            "threshold_filter": "off"} and first.user_attrs["start"] == 1
+    assert f"| {first.number} (the profile's own) |" in md
+    assert "**Against MCSE:** the winner is " in md  # said plainly, either way
 
 
 def test_resume_adds_nothing_when_done(run, capsys):

@@ -17,7 +17,7 @@ from orchestrator.analysis.tables import metric_key
 from orchestrator.run.preflight import check_demo_fit
 from orchestrator.spec.grids import STS_COLUMNS, expand
 from orchestrator.spec.registry import load_grid, load_space, names
-from orchestrator.spec.spaces import params_to_overrides
+from orchestrator.spec.spaces import define_on, params_to_overrides
 from orchestrator.spec.validate import validate_grid, validate_space
 from trainables.profiles import DEFAULT_ALPHA, MINILM, TEACHER_DIRS, build_config
 
@@ -339,7 +339,7 @@ def test_space_round_trip(name):
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(8):
         t = study.ask()
-        s.define(t)
+        define_on(s, t, "demo")
         o = build_config("demo", overrides=params_to_overrides(s, t.params, profile="demo")).objective
         for k, v in t.params.items():
             if k.startswith("objective."):
@@ -349,10 +349,11 @@ def test_space_round_trip(name):
 def test_kdmcse_search_threshold_off_is_none():
     s = load_space("kdmcse_search")
     ov = params_to_overrides(s, {"objective.grounding_margin": 0.1, "objective.lam": 0.01,
-                                 "threshold_filter": "off"})
+                                 "threshold_filter": "off"}, profile="paper")
     assert ov["objective.threshold"] is None and ov["objective.method"] == "kdmcse"
     ov = params_to_overrides(s, {"objective.grounding_margin": 0.1, "objective.lam": 0.01,
-                                 "threshold_filter": "on", "objective.threshold": 0.85})
+                                 "threshold_filter": "on", "objective.threshold": 0.85},
+                             profile="paper")
     assert ov["objective.threshold"] == 0.85
 
 
@@ -369,3 +370,40 @@ def test_dalr_search_teachers(monkeypatch, tmp_path):
     single = params_to_overrides(s, {**{k: p[k] for k in p if k != "teacher_alpha"}, "teachers": "clip"},
                                  profile="demo")
     assert single["text_teachers"] == ["minilm-l6"] and single["objective.teacher_weights"] == [1.0]
+
+
+@pytest.mark.parametrize("name", SPACES)
+@pytest.mark.parametrize("profile", ["demo", "paper"])
+def test_a_search_holds_and_starts_from_the_profiles_own_configuration(name, profile, monkeypatch,
+                                                                       tmp_path):
+    """Issue 18: a lambda range in the papers' region excluded the demo's recipe (lambda 1.0), so
+    the demo search could not find what its baseline trains with."""
+    monkeypatch.setenv("MMEMB_DATA", str(tmp_path))
+    s = load_space(name)
+    own = build_config(profile, overrides=dict(s.base))
+    start = s.start(own)
+    assert start["objective.lam"] == own.objective.lam  # 1.0 on the demo, the code's on paper
+    # the start lies in the space (replayed with its ranges on this profile) and is the recipe
+    tried = build_config(profile, overrides=params_to_overrides(s, start, profile=profile))
+    assert tried.config_hash() == own.config_hash()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    lams = []
+    for _ in range(30):
+        t = study.ask()
+        define_on(s, t, profile)
+        lams.append(t.params["objective.lam"])
+    assert min(lams) < own.objective.lam < max(lams)  # searched on both sides of the recipe
+    assert own.objective.lam / 10 <= min(lams) and max(lams) <= own.objective.lam * 10
+
+
+def test_relative_bounds_keep_the_papers_range_on_the_paper_profile():
+    from orchestrator.spec.spaces import ProfileTrial
+
+    lam = load_space("kdmcse_search").define.__globals__["LAM"]
+    assert lam.bounds(ProfileTrial(None, {"objective.lam": 0.01})) == pytest.approx((1e-3, 1e-1))
+    assert lam.bounds(ProfileTrial(None, {"objective.lam": 1.0})) == pytest.approx((0.1, 10.0))
+    with pytest.raises(ValueError, match="relative to the profile's value: call the space's "
+                                         "define through orchestrator.spec.spaces.define_on"):
+        lam.bounds(object())
+    with pytest.raises(ValueError, match="which is None; give the space absolute bounds"):
+        lam.bounds(ProfileTrial(None, {"objective.lam": None}))

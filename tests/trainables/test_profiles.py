@@ -63,3 +63,52 @@ def test_build_config_resolves_symbolic_teachers_per_profile(monkeypatch, tmp_pa
         .config_hash() == build_config("paper", overrides={"objective.method": "dalr"}).config_hash()
     with pytest.raises(ValueError, match="teacher combination 'bert'"):
         build_config("paper", overrides={"objective.method": "dalr", "teachers": "bert"})
+
+
+# --- a profile file that starts from another one (``base:``) -----------------------------------
+def test_a_profile_with_base_demo_changes_only_what_it_names(tmp_path):
+    from trainables.profiles import explain_config
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: demo\nlr: 1.0e-4\n")
+    cfg = build_config(str(mine), "kdmcse")
+    assert cfg.config_hash() == build_config("demo", "kdmcse", {"lr": 1e-4}).config_hash()
+    assert cfg.lr == 1e-4 and cfg.max_steps == 60 and cfg.objective.lam == 1.0  # demo + recipe
+    _, origins = explain_config(str(mine), [("cell KDMCSE", {"objective.method": "kdmcse"})])
+    assert origins["lr"] == "profile mine"
+    assert origins["encoder"] == origins["max_steps"] == "profile mine (base demo)"
+    assert origins["objective.lam"] == "recipe kdmcse (mine)"
+
+
+def test_a_profile_without_base_is_only_its_own_settings(tmp_path):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("lr: 1.0e-4\ndata:\n  demo: true\n")
+    assert profile_overrides(str(plain)) == ("plain", {"lr": 1e-4, "data.demo": True})
+
+
+def test_a_base_can_be_another_profile_file(tmp_path):
+    from trainables.profiles import explain_config
+
+    (tmp_path / "lab.yaml").write_text("base: demo\nbatch_size: 8\n")
+    (tmp_path / "sub").mkdir()
+    mine = tmp_path / "sub" / "mine.yaml"
+    mine.write_text("base: ../lab.yaml\nlr: 1.0e-4\n")
+    _, origins = explain_config(str(mine), [])
+    cfg = build_config(str(mine))
+    assert (cfg.batch_size, cfg.lr, cfg.max_steps) == (8, 1e-4, 60)
+    assert origins["batch_size"] == origins["max_steps"] == "profile mine (base lab)"
+    assert origins["lr"] == "profile mine"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("base: demoo\n", "base: {d}/demoo does not exist; name demo, paper or an existing profile"),
+    ("base: 3\n", "base: 3 must be demo, paper or a profile file"),
+    ("base: me.yaml\n", "base: {d}/me.yaml leads back to this file"),
+    ("base: demo\nlamda: 0.1\n", "unknown setting 'lamda'"),
+])
+def test_a_bad_base_names_the_file_and_the_fix(tmp_path, text, message):
+    me = tmp_path / "me.yaml"
+    me.write_text(text)
+    with pytest.raises(ValueError, match="config file .*me.yaml: ") as e:
+        profile_overrides(str(me))
+    assert message.format(d=tmp_path) in str(e.value)

@@ -56,6 +56,10 @@ from trainables.schedule import BatchSchedule
 
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
+Progress = Callable[[dict[str, Any]], None]
+"""``progress({"step", "total_steps"})``: where the array stands, for the live view"""
+PROGRESS_S = 10.0
+"""seconds between two progress calls while the array trains"""
 FINAL_FILE = "final.json"
 FULLY_MASKED_STOP = 3
 """caption batches in a row whose every negative the method's false-negative filter masked before
@@ -426,13 +430,19 @@ class ArrayTrainer:
         return out
 
     # --- the run --------------------------------------------------------------------------
-    def fit(self, report: Report, workdir: Path) -> dict[str, dict[str, Any]]:
-        """Train every member to the end; returns key -> final metrics of the members that finished."""
+    def fit(self, report: Report, workdir: Path,
+            progress: Progress | None = None) -> dict[str, dict[str, Any]]:
+        """Train every member to the end; returns key -> final metrics of the members that finished.
+        ``progress`` (rank 0's, or None) hears the step at the start and every ``PROGRESS_S``."""
         workdir.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         self.model.train()
         epoch = 0
+        told = -math.inf
         while self.step < self.total_steps and self.alive:
+            if progress is not None and time.monotonic() - told >= PROGRESS_S:
+                progress({"step": self.step, "total_steps": self.total_steps})
+                told = time.monotonic()
             epoch = self.alive[0].schedule.global_step // self.alive[0].schedule.steps_per_epoch
             self.train_step()
             if self.alive and (self.step % self.cfg.eval_every == 0 or self.step == self.total_steps):

@@ -9,6 +9,7 @@ non-zero exit, exactly one ``error:`` line with the expected words, Ray never in
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -71,6 +72,11 @@ def files(tmp_path_factory, tiny_bert) -> Path:
     clip = [20 * (common + 0.3 * rng.standard_normal((200, 32)).astype(np.float32)) / 5.7
             for _ in range(2)]
     store("big_norms", 200, 32, 32, image=clip[0], text=clip[1])
+    # the same shape scaled so raw dot products centre on 0.85: 0.8 masks most negatives, not all
+    scale = np.sqrt(0.85 / float(common @ common))
+    most = [scale * (common + 0.3 * rng.standard_normal((200, 32)).astype(np.float32))
+            for _ in range(2)]
+    store("most_masked", 200, 32, 32, image=most[0], text=most[1])
 
     for name in ("no_dev", "empty_dev"):
         shutil.copytree(demo.senteval_dir, d / name)
@@ -86,6 +92,7 @@ def files(tmp_path_factory, tiny_bert) -> Path:
                        "empty_caption": {"pairs": str(d / "empty_caption.parquet")},
                        "overwritten": {"pairs": str(d / "overwritten.parquet")},
                        "big_norms": {"pairs": str(d / "big_norms.parquet")},
+                       "most_masked": {"pairs": str(d / "most_masked.parquet")},
                        "old": {"pairs": str(d / "old.parquet")},
                        "no_dev": {"senteval": str(d / "no_dev")},
                        "empty_dev": {"senteval": str(d / "empty_dev")}}.items():
@@ -179,6 +186,21 @@ def test_threshold_refusal_names_norms_and_fixes(files, tmp_path, capsys, monkey
                    capsys, monkeypatch)
     for fix in ("objective.threshold_on=cosine", "a threshold above", "objective.threshold=None"):
         assert fix in line, line
+
+
+def test_threshold_masking_most_negatives_warns_in_one_line(files, tmp_path, capsys, monkeypatch):
+    """Above half: allowed, said before anything starts (and repeated in the report's notes,
+    tests/orchestrator/results/test_report_subset.py); above 95%: refused (above)."""
+    rc, out, err = run_in(tmp_path, ablate.main, table(files, tmp_path, "most_masked", "--dry-run"),
+                          capsys, monkeypatch)
+    assert rc == 0, err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert len(warnings) == 1, err
+    share = int(re.search(r"masks (\d+)% of 4096 sampled negatives", warnings[0]).group(1))
+    assert 50 < share <= 95, warnings[0]
+    for words in ("cell 'KDMCSE'", f"grounding terms learn from only the {100 - share}% left", "a threshold above",
+                  "objective.threshold_on=cosine", "objective.threshold=None"):
+        assert words in warnings[0], warnings[0]
 
 
 def test_dry_run_lists_what_was_checked(files, tmp_path, capsys, monkeypatch):

@@ -68,3 +68,39 @@ def test_a_resumed_driver_reads_the_history_once_and_fills_only_the_hole():
     mirror.on_trial_result(0, [], trial, _eval(9))
     assert [s for run, s in box.logged if run == "old-0"] == [6, 9]  # the hole at 6 filled
     assert [s for run, s in box.logged if run == "old-1"] == [9]  # 6 was already there
+
+
+class MetricBox(FakeOutbox):
+    """Keeps the metrics themselves: (run, name, step) of every value the mirror logs."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: list[tuple[str, str, int]] = []
+
+    def log_result(self, run, metrics):
+        from orchestrator.tracking.client import _is_metric
+
+        super().log_result(run, metrics)
+        self.values += [(run, k, int(metrics["step"])) for k, v in metrics.items()
+                        if _is_metric(k, v)]
+
+
+def test_each_metric_is_logged_once_per_step():
+    """The final report repeats best_stsb_dev and best_step at the step of the last evaluation."""
+    box = MetricBox()
+    mirror, trial = _mirror(box)
+    mirror.on_trial_start(0, [], trial)
+    mirror.on_trial_result(0, [], trial, _eval(3))
+    last = _eval(6)
+    for e in last["members"]:
+        e["best_step"] = 6
+    mirror.on_trial_result(0, [], trial, last)
+    final = {"step": 6, "final": 1, "members": [
+        {"key": k, "test/avg": 71.0, "best_stsb_dev": 76.0, "best_step": 6, "steps": 6}
+        for k in ("mcse/seed-0", "mcse/seed-1")]}
+    mirror.on_trial_result(0, [], trial, final)
+    assert len(box.values) == len(set(box.values)), sorted(box.values)
+    names = {(k, s) for run, k, s in box.values if run == "run-mcse/seed-0"}
+    assert {("best_stsb_dev", 6), ("best_step", 6), ("test/avg", 6), ("steps", 6),
+            ("stsb_dev", 3), ("stsb_dev", 6)} <= names
+    assert box.ended["run-mcse/seed-0"] == "FINISHED"

@@ -315,3 +315,20 @@ def test_threshold_filter_share_is_logged_and_a_filter_masking_everything_stops_
     assert "masked every negative in 3 caption batches in a row" in gone["error"]
     assert "threshold -100.0" in gone["error"] and "threshold_on=cosine" in gone["error"]
     assert set(final) == {"ok", "plain"}
+
+
+def test_progress_tells_the_step_at_the_start_and_every_progress_s(tiny_bert, cache, tmp_path,
+                                                                    monkeypatch):
+    """The live view's steps between evaluations: rank 0 says where the array stands."""
+    import trainables.arrays.trainer as trainer_module
+
+    told = []
+    monkeypatch.setattr(trainer_module, "PROGRESS_S", 1e9)
+    t = ArrayTrainer([("a", cfg(tiny_bert, cache, max_steps=4, final_eval=False))])
+    t.fit(Reports(), tmp_path / "long", progress=told.append)
+    assert told == [{"step": 0, "total_steps": 4}]  # at the start, then not before PROGRESS_S
+    monkeypatch.setattr(trainer_module, "PROGRESS_S", 0.0)
+    told.clear()
+    t = ArrayTrainer([("a", cfg(tiny_bert, cache, max_steps=4, final_eval=False))])
+    t.fit(Reports(), tmp_path / "every", progress=told.append)
+    assert told == [{"step": s, "total_steps": 4} for s in range(4)]

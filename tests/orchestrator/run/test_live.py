@@ -1,0 +1,104 @@
+"""The live view: a first line at once, a status line at least every LINE_S seconds while
+anything trains, member-steps done/total with their rate, and one ETA for the whole campaign
+that stays consistent from line to line (issue 18: silent for 2 minutes, then two ETAs of
+6m01s and 2m00s printed in the same second)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+from orchestrator.run.live import LINE_S, LiveView
+from orchestrator.spec.grids import Cell, Grid
+from orchestrator.spec.plan import pack, plan_runs
+
+GRID = Grid("t", "test", (Cell("MCSE", {"objective.method": "mcse"}),
+                          Cell("KDMCSE", {"objective.method": "kdmcse"})),
+            baseline="MCSE", seeds=(0, 1, 2, 3, 4))
+STATUS = re.compile(r"^\[(\d+)m(\d\d)s\] (\d+)/(\d+) member-steps \(\d+%\), ([\d.]+)/s \| runs: "
+                    r"(\d+) done, (\d+) training, (\d+) queued \| ETA (\d+)m(\d\d)s$")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _view(arrays: int = 2):
+    members = plan_runs(GRID, "demo")
+    plans = pack(members, {m.key: "same" for m in members}, "t", "runs", 1.0, 0.0, 1,
+                 array_size=None, slots=arrays)
+    clock, lines = Clock(), []
+    view = LiveView(plans, clock=clock, out=lines.append)
+    trials = [SimpleNamespace(config={"index": i}, status="RUNNING") for i in range(len(plans))]
+    return view, plans, trials, clock, lines
+
+
+def _status(lines):
+    return [m for ln in lines for x in ln.splitlines() if (m := STATUS.match(x))]
+
+
+def test_a_first_line_at_once_then_one_every_line_s_while_training():
+    view, plans, trials, clock, lines = _view()
+    view.on_step_begin(0, trials)
+    assert len(lines) == 1 and "2 arrays (10 runs) starting" in lines[0]
+    for _ in range(int(3 * LINE_S)):  # Tune's loop turns about every 0.1-1 s
+        clock.now += 1
+        view.on_step_begin(0, trials)
+    assert len(lines) == 4  # one every LINE_S, none in between
+
+
+def test_steps_rate_and_one_eta_for_the_campaign():
+    view, plans, trials, clock, lines = _view()
+    view.on_step_begin(0, trials)
+    t0 = clock.now
+    clock.now += 15
+    for i in range(2):  # both arrays start training: 5 runs x 60 steps each
+        view.on_trial_result(0, trials, trials[i], {"progress": 1, "step": 0, "total_steps": 60})
+    for step in range(1, 13):  # 12 x 5 s of training at 1 step / 5 s per array
+        clock.now += 5
+        for i in range(2):
+            view.on_trial_result(0, trials, trials[i],
+                                 {"progress": 1, "step": step, "total_steps": 60})
+        view.on_step_begin(0, trials)
+    found = _status(lines)
+    assert len(found) >= 3
+    etas = []
+    for m in found:
+        done, total = int(m.group(3)), int(m.group(4))
+        assert total == 600 and float(m.group(5)) == 2.0  # 10 member-steps per 5 s
+        assert (m.group(6), m.group(7), m.group(8)) == ("0", "10", "0")
+        etas.append(int(m.group(9)) * 60 + int(m.group(10)))
+        assert etas[-1] == (600 - done) / 2.0
+    # consistent: from one line to the next the ETA falls by the time between them
+    times = [int(m.group(1)) * 60 + int(m.group(2)) for m in found]
+    for i in range(1, len(times)):
+        assert etas[i - 1] - etas[i] == times[i] - times[i - 1]
+    assert times[0] >= 0 and clock.now - t0 == 75
+
+
+def test_an_evaluation_and_the_runs_that_end_are_counted_once():
+    view, plans, trials, clock, lines = _view(arrays=1)
+    keys = [m.key for m in plans[0].members]
+    view.on_trial_result(0, trials, trials[0], {"progress": 1, "step": 0, "total_steps": 60})
+    clock.now += 30
+    evaluation = {"step": 30, "total_steps": 60, "members": [
+        {"key": k, "stsb_dev": 70.0 + i} for i, k in enumerate(keys)]}
+    view.on_trial_result(0, trials, trials[0], evaluation)
+    assert "step 30/60, STS-B dev 70.00-79.00" in lines[-1]
+    assert "300/600 member-steps (50%)" in lines[-1]
+    evaluation["members"][0] = {"key": keys[0], "failed": 1, "error": "loss is nan"}
+    clock.now += 1
+    view.on_trial_result(0, trials, trials[0], evaluation)
+    assert f"FAILED {plans[0].members[0].label}: loss is nan" in lines[-1]
+    assert "300/570 member-steps" in lines[-1]  # the failed run trains no more steps
+    assert "runs: 0 done, 1 failed, 9 training" in lines[-1]
+    clock.now += 30
+    final = {"step": 60, "total_steps": 60, "final": 1, "members": [
+        {"key": k, "test/avg": 71.0, "best_stsb_dev": 75.0} for k in keys[1:]]}
+    view.on_trial_result(0, trials, trials[0], final)
+    assert lines[-1].count("  done ") == 9 and "570/570 member-steps (100%)" in lines[-1]
+    assert "runs: 9 done, 1 failed, 0 training" in lines[-1]
