@@ -40,8 +40,10 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.results.students import best_child
     from orchestrator.tracking.client import TAG, Tracker
 
-    out = cli.check_out(args.out) if args.out else None
-    if out is not None:
+    out = None
+    if args.out:  # checked before the store is read; printed as the user gave it
+        cli.check_out(args.out)
+        out = Path(args.out)
         check_out(out)
     tracker = Tracker(args.tracking_uri, create=False)
     tracker.parent_run(args.run)
