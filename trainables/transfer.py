@@ -334,15 +334,27 @@ def check_transfer(data_dir: str | Path, tasks: Sequence[str] = TRANSFER_TASKS,
     task folder or file, a malformed line, a wrong column count, a label out of range, a file too
     small for the folds of ``mode``. Returns a one-line summary.
     """
+    return check_transfer_files(data_dir, tasks, mode)[-1]
+
+
+def check_transfer_files(data_dir: str | Path, tasks: Sequence[str] = TRANSFER_TASKS,
+                         mode: str | ProbeConfig = "full") -> list[str]:
+    """``check_transfer``, saying what was checked: one line per task naming its files, then
+    the summary (what a dry run prints)."""
     probe = probe_config(mode)
     root = resolve_transfer_dir(data_dir)
-    n_files = n_samples = 0
+    lines, n_files, n_samples = [], 0, 0
     for name in _check_tasks(tasks):
         task = load_task(root, name)
         _check_sizes(task, probe)
         n_files += len(task.files)
         n_samples += task.n_samples
-    return f"SentEval transfer {root}: {len(tasks)} tasks, {n_files} files, {n_samples} samples"
+        files = ", ".join(str(f.relative_to(root)) for f in task.files)
+        lines.append(f"transfer {name} ({probe.name} mode): {files}: {task.n_samples} samples, "
+                     f"{task.nclasses} classes")
+    lines.append(f"SentEval transfer {root}: {len(tasks)} tasks, {n_files} files, {n_samples} "
+                 "samples")
+    return lines
 
 
 def transfer_files(data_dir: str | Path, tasks: Sequence[str] = TRANSFER_TASKS) -> list[Path]:

@@ -5,8 +5,9 @@
 the tracking URI, the storage folder, the resources against this machine (without
 ``--address``), and the data every member trains on, opened once per distinct source: store
 values (NaN/inf, empty captions, page checksums), feature dimensions against the objective, the
-threshold filter on a sample of negatives, and every SentEval file the evaluation reads. Each
-refusal is one line naming the file or option, the problem and the fix.
+threshold filter on a sample of negatives, and every SentEval file the evaluation reads (the
+transfer tasks' too, when the runs evaluate them). Each refusal is one line naming the file or
+option, the problem and the fix.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     from trainables.data import check_dims, load_data, threshold_sample
     from trainables.evaluation import check_senteval
     from trainables.schedule import count_steps
+    from trainables.transfer import check_transfer_files
 
     cfg = m.run
     dkey = json.dumps([cfg.to_dict()["data"], cfg.objective.method == "simcse"], sort_keys=True)
@@ -150,6 +152,11 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
             senteval.add(str(data.senteval_dir))
             lines.append(check_senteval(data.senteval_dir))
     data = opened[dkey]
+    if cfg.transfer is not None and data.transfer_dir is not None:
+        tkey = f"transfer {cfg.transfer} {data.transfer_dir}"
+        if tkey not in senteval:  # every TR file the final evaluation reads, parsed once
+            senteval.add(tkey)
+            lines.extend(check_transfer_files(data.transfer_dir, mode=cfg.transfer))
     ckey = json.dumps([dkey, cfg.encoder, cfg.to_dict()["objective"]], sort_keys=True)
     if ckey not in checked:
         checked.add(ckey)
