@@ -148,15 +148,15 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                 warnings.append(f"{s.path} was written without page checksums, so a corrupt "
                                 "page would go unnoticed; re-convert it (python -m "
                                 "trainables.convert) to add them")
-        if str(data.senteval_dir) not in senteval:
-            senteval.add(str(data.senteval_dir))
-            lines.append(check_senteval(data.senteval_dir))
     data = opened[dkey]
+    if str(data.senteval_dir) not in senteval:  # marked done once passed, so that a refusal
+        lines.append(check_senteval(data.senteval_dir))  # names every cell it hits
+        senteval.add(str(data.senteval_dir))
     if cfg.transfer is not None and data.transfer_dir is not None:
         tkey = f"transfer {cfg.transfer} {data.transfer_dir}"
         if tkey not in senteval:  # every TR file the final evaluation reads, parsed once
-            senteval.add(tkey)
             lines.extend(check_transfer_files(data.transfer_dir, mode=cfg.transfer))
+            senteval.add(tkey)
     ckey = json.dumps([dkey, cfg.encoder, cfg.to_dict()["objective"]], sort_keys=True)
     if ckey not in checked:
         checked.add(ckey)

@@ -17,6 +17,7 @@ from orchestrator.spec.plan import plan_runs
 from orchestrator.spec.validate import validate_grid
 from orchestrator.tracking.client import _is_metric
 from trainables.testing import write_transfer_data
+from trainables.transfer import TASK_FILES
 
 GRID = Grid("tr", "TR test table", (Cell("MCSE", {"objective.method": "mcse"},
                                          {"transfer/avg": 85.64}),
@@ -69,6 +70,57 @@ def test_preflight_reads_every_tr_file_and_refuses_a_broken_one(tmp_path, monkey
     (root / "TREC" / "TREC_10.label").write_text("no colon here\n")
     with pytest.raises(ValueError, match=r"TREC_10.label:1: expected 'COARSE:fine question'"):
         check_data(members)
+
+
+def test_paper_dry_run_names_every_tr_file(tmp_path, tiny_bert, capsys, monkeypatch):
+    """``--grid dalr_table2 --profile paper --dry-run`` on ``$MMEMB_DATA`` in the paper profile's
+    layout (tiny files; the tiny BERT under the encoder's and the teachers' names): every TR file
+    is named among the checked lines, in full mode, and nothing starts. TR files too small for
+    10 folds are refused first, for every cell (they all read them)."""
+    import shutil
+
+    import ray
+
+    from orchestrator import ablate
+    from trainables.demo_corpus import generate_demo
+    from trainables.profiles import TEACHER_DIRS, paper_profile
+
+    data = tmp_path / "data"
+    demo = generate_demo(tmp_path / "demo", dim=32)
+    data.mkdir()
+    shutil.copy(demo.text_file, data / "wiki1m_for_simcse.txt")
+    shutil.copy(demo.pairs_store, data / "flickr30k_clip_vitl14.parquet")
+    root = data / "senteval" / "downstream"
+    shutil.copytree(demo.senteval_dir, root)  # STS from the demo corpus
+    write_transfer_data(root, n=14)  # fewer than 20 per class: too few for full mode's folds
+    for t in ("simcse", "diffcse"):
+        shutil.copytree(tiny_bert, data / "teachers" / TEACHER_DIRS[t])
+    work = tmp_path / "work"
+    shutil.copytree(tiny_bert, work / "bert-base-uncased")  # a local folder wins over the hub
+    monkeypatch.setenv("MMEMB_DATA", str(data))
+    monkeypatch.chdir(work)
+    assert paper_profile()["encoder"] == "bert-base-uncased"
+    argv = ["--grid", "dalr_table2", "--profile", "paper", "--dry-run", "--storage",
+            str(work / "runs"), "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
+    assert ablate.main(argv) == 2
+    (error,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+    assert error.startswith("error: cell(s) ['MCSE', 'KDMCSE', 'DALR']: ") and "MR has [14, 14] " \
+        "samples per class, full mode (10-fold) needs at least 20" in error, error
+    assert "the other cells run" not in error
+    write_transfer_data(root, n=30)
+    rc = ablate.main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, out[-2000:] + err[-2000:]
+    checked = [ln.removeprefix("checked: ") for ln in out.splitlines() if ln.startswith("checked: ")]
+    tr = [ln for ln in checked if ln.startswith("transfer ")]
+    assert len(tr) == 7 and all("(full mode)" in ln for ln in tr), tr
+    for rel in (f for files in TASK_FILES.values() for f in files):
+        assert sum(rel in ln for ln in tr) == 1, (rel, tr)
+    n_files = sum(map(len, TASK_FILES.values()))  # 15
+    assert any(ln.startswith(f"SentEval transfer {root}: 7 tasks, {n_files} files") for ln in checked)
+    assert "dry run: everything checked, nothing started" in out
+    assert not ray.is_initialized()
+    assert not (work / "mlflow.db").exists() and not (work / "runs").exists()
 
 
 class FakeTracker:
