@@ -5,8 +5,9 @@ Usage: python bench/eval_transfer.py [SENTEVAL_DOWNSTREAM_DIR] [--modes full fas
 Each task's sentences are encoded once, then probed in every mode asked for, as
 ``trainables.transfer.evaluate_transfer`` does (its ``probe_task``). Prints per task: the test
 accuracy x 100 (SentEval's 'acc'), the selection accuracy ('devacc'), the penalties chosen, the
-number of probe fits, the seconds spent encoding and the seconds spent probing; then the average
-and a SimCSE-style row. ``--cache DIR`` keeps the embeddings (``<task>.npz``) for a rerun.
+number of probe fits, the seconds spent encoding and the seconds spent probing (wall, and this
+process's CPU seconds: on a shared machine wall time grows with the other load, CPU time much
+less); then the average and a SimCSE-style row. ``--cache DIR`` keeps the embeddings (``<task>.npz``) for a rerun.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def main() -> None:
     for name in args.tasks:
         task = load_task(args.data_dir, name)
         cache = Path(args.cache) / f"{name}.npz" if args.cache else None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         emb = None
         if cache is not None and cache.is_file():
             z = np.load(cache, allow_pickle=False)
@@ -90,26 +91,31 @@ def main() -> None:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 sents = sorted(row, key=row.get)
                 np.savez(cache, emb=emb, sentences=np.array(sents, dtype=object).astype(str))
-        t_enc = time.perf_counter() - t0
-        rows[name] = {"n_samples": task.n_samples, "n_sentences": len(row), "encode_s": round(t_enc, 1)}
+        t_enc, c_enc = time.perf_counter() - t0, time.process_time() - c0
+        rows[name] = {"n_samples": task.n_samples, "n_sentences": len(row), "encode_s": round(t_enc, 1),
+                      "encode_cpu_s": round(c_enc, 1)}
         for mode in args.modes:
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             res = probe_task(task, lambda s, e=emb, r=row: e[[r[x] for x in s]], mode)
             rows[name][mode] = {"acc": res.acc, "devacc": res.devacc, "f1": res.f1,
                                 "l2regs": list(res.l2regs), "fits": res.n_fits,
-                                "probe_s": round(time.perf_counter() - t1, 1)}
-        line = f"{name:5s} n={task.n_samples:<6d} encode {t_enc:7.1f}s"
+                                "probe_s": round(time.perf_counter() - t1, 1),
+                                "probe_cpu_s": round(time.process_time() - c1, 1)}
+        line = f"{name:5s} n={task.n_samples:<6d} encode {t_enc:7.1f}s (cpu {c_enc:7.1f}s)"
         for mode in args.modes:
             r = rows[name][mode]
             line += (f" | {mode}: acc {r['acc']:6.2f} devacc {r['devacc']:6.2f} fits {r['fits']:4d}"
-                     f" probe {r['probe_s']:7.1f}s")
+                     f" probe {r['probe_s']:7.1f}s (cpu {r['probe_cpu_s']:7.1f}s)")
         print(line, flush=True)
 
     for mode in args.modes:
         accs = [rows[t][mode]["acc"] for t in args.tasks]
         probe_s = sum(rows[t][mode]["probe_s"] for t in args.tasks)
+        probe_cpu = sum(rows[t][mode]["probe_cpu_s"] for t in args.tasks)
         print(f"\n{mode} mode ({'SimCSE --mode test' if mode == 'full' else 'SimCSE --mode fasttest'}):"
-              f" probes {probe_s:.0f}s in all, encoding {sum(rows[t]['encode_s'] for t in args.tasks):.0f}s")
+              f" probes {probe_s:.0f}s in all (cpu {probe_cpu:.0f}s), encoding"
+              f" {sum(rows[t]['encode_s'] for t in args.tasks):.0f}s"
+              f" (cpu {sum(rows[t]['encode_cpu_s'] for t in args.tasks):.0f}s)")
         print(" | ".join(f"{t:>6s}" for t in [*args.tasks, "Avg."]))
         print(" | ".join(f"{a:6.2f}" for a in [*accs, float(np.mean(accs))]))
         if "MRPC" in args.tasks:
