@@ -8,11 +8,17 @@ accuracy x 100 (SentEval's 'acc'), the selection accuracy ('devacc'), the penalt
 number of probe fits, the seconds spent encoding and the seconds spent probing (wall, and this
 process's CPU seconds: on a shared machine wall time grows with the other load, CPU time much
 less); then the average and a SimCSE-style row. ``--cache DIR`` keeps the embeddings (``<task>.npz``) for a rerun.
+
+Two switches check how the probes are run, on the same embeddings: ``--unbatched`` trains every
+fit alone, one after another as SentEval does, instead of the fits of a selection step as one
+batched model (the accuracies should not move; the time shows what batching saves);
+``--probe-threads N`` runs the probes on N torch threads instead of one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -28,19 +34,44 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval" / "downstream"
 
 
-def header(argv: list[str]) -> str:
+def header(argv: list[str], probe_threads: int = 1) -> str:
     import torch
 
     try:
+        here = Path(__file__).parent
         git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent).stdout.strip()
+                             cwd=here).stdout.strip()
+        if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                          capture_output=True, text=True, cwd=here).stdout.strip():
+            git += " (with uncommitted changes)"
     except OSError:
         git = "?"
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"# command       python bench/eval_transfer.py {shlex.join(argv)}\n"
             f"# git           {git}\n# torch         {torch.__version__} (encoder threads "
-            f"{torch.get_num_threads()}, probes 1)\n# machine       {platform.machine()}, "
+            f"{torch.get_num_threads()}, probes {probe_threads})\n# machine       {platform.machine()}, "
             f"{os.cpu_count()} CPUs, load average {load}")
+
+
+def fit_alone(x, y, nclasses, groups, probe, seed=None):
+    """``fit_many`` one fit at a time: each (group, penalty) as its own call."""
+    from trainables.probe import SEED, FitGroup, fit_many
+
+    seed = SEED if seed is None else seed
+    return [[fit_many(x, y, nclasses, [FitGroup(g.train, g.valid, (r,))], probe, seed)[0][0]
+             for r in g.l2regs] for g in groups]
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def main() -> None:
@@ -48,6 +79,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from trainables import probe, transfer
     from trainables.evaluation import encode_unique
     from trainables.testing import minilm_path
     from trainables.transfer import TRANSFER_TASKS, load_task, probe_task
@@ -59,8 +91,15 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=128, help="encoding batch size")
     p.add_argument("--cache", help="folder for the embeddings, reused when present")
     p.add_argument("--json", help="write the figures to this file")
+    p.add_argument("--unbatched", action="store_true",
+                   help="train every probe fit alone (SentEval's way) instead of batched")
+    p.add_argument("--probe-threads", type=int, default=1, help="torch threads of the probes")
     args = p.parse_args()
-    print(header(sys.argv[1:]), flush=True)
+    if args.unbatched:
+        transfer.fit_many = fit_alone
+    if args.probe_threads != 1:
+        probe.one_thread = lambda: threads(args.probe_threads)
+    print(header(sys.argv[1:], args.probe_threads), flush=True)
 
     path = minilm_path()
     if path is None:
