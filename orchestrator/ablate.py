@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.spec.grids import check_seeds
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
-    from trainables.profiles import profile_overrides
+    from trainables.profiles import profile_overrides, transfer_layer
 
     opts = cli.options(args)
     grid = load_grid(args.grid)
@@ -83,6 +83,10 @@ def _run(args: argparse.Namespace) -> int:
              or c.name == grid.baseline]
     spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
                               "warnings": list(pre.warnings)}
+    if grid.transfer:  # how the runs evaluate TR on this profile, or why they do not
+        modes = sorted({m.run.transfer for m in members} - {None})
+        spec |= {"transfer_mode": "/".join(modes) or None,
+                 "transfer_note": None if modes else transfer_layer(opts.profile)[1]}
     pid = plan_id("table", grid.name, members, profile_name)
     kind = "demo" if prof.get("data.demo") else profile_name
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,
@@ -97,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.explain:
             print(explain(members))
         print("\n".join(f"checked: {line}" for line in pre.checked))
+        if grid.transfer and not spec["transfer_mode"]:
+            print(f"transfer tasks (TR) {spec['transfer_note']}")
         print("dry run: everything checked, nothing started")
         return 0
     return run_table(campaign, opts, array_keys)

@@ -108,6 +108,13 @@ class RunConfig:
     eval_batch_size: int = setting(128, count(1))
     final_eval: bool = setting(True, Flag())
     """evaluate the best checkpoint on the seven STS tasks at the end"""
+    transfer: str | None = setting(None, Optional(Choice(("fast", "full"))))
+    """also evaluate the best checkpoint on SentEval's seven transfer tasks (MR, CR, SUBJ, MPQA,
+    SST-2, TREC, MRPC; logistic-regression probes, trainables.transfer) at the end, logged as
+    transfer/<task> and transfer/avg: None (off), 'full' (the papers' protocol: SimCSE's test mode,
+    10 folds, Adam) or 'fast' (its fasttest mode: 5 folds, RMSprop). The files are read from
+    data.senteval; on the demo profile, whose STS data is generated, they are evaluated only when
+    data.senteval names the real SentEval folder (otherwise the run logs no transfer/ metrics)"""
 
     def __post_init__(self) -> None:
         if isinstance(self.objective, ObjectiveConfig):  # a script's flat config: its method's
@@ -122,10 +129,13 @@ class RunConfig:
     def config_hash(self) -> str:
         """Stable 12-hex hash of every field that shapes the result (seed included).
 
-        ``data.cache_dir`` is left out: it says where derived files live, not what they are.
+        ``data.cache_dir`` is left out: it says where derived files live, not what they are;
+        ``transfer`` is left out while off, so runs without it keep their earlier hashes.
         """
         d = self.to_dict()
         d["data"].pop("cache_dir")
+        if d["transfer"] is None:  # off: the hash every run had before the setting existed
+            d.pop("transfer")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -166,6 +176,9 @@ class RunConfig:
             bad(str(e))
         if self.num_workers < 1 or self.batch_size % self.num_workers:
             bad(f"batch_size={self.batch_size} must split evenly over num_workers={self.num_workers}")
+        if self.transfer is not None and not self.final_eval:
+            bad(f"transfer={self.transfer!r} is part of the final evaluation: set final_eval=true "
+                "or transfer=null")
         method = self.objective.method
         needs = self.needs
         if needs.captions and not self.data.demo and self.data.pairs is None:

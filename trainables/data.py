@@ -40,6 +40,9 @@ class TrainingData:
     image_column: str
     image_rows: np.ndarray | None = None
     """``data.shuffle_images``: row whose image feature each row gets (None: its own)"""
+    transfer_dir: Path | None = None
+    """SentEval folder of the transfer tasks, evaluated when ``RunConfig.transfer`` is set: the
+    STS folder, or on the demo profile ``data.senteval`` (None when unset: not evaluated)"""
 
     @property
     def n_text(self) -> int:
@@ -129,7 +132,10 @@ def load_data(cfg: RunConfig) -> TrainingData:
             f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
         )
     image_rows = _shuffled_image_rows(pairs) if d.shuffle_images and pairs is not None else None
-    return TrainingData(text, pairs, Path(senteval), d.image_column, image_rows)
+    transfer_dir = Path(senteval)
+    if d.demo:  # the demo's STS data is generated; transfer tasks need the real SentEval folder
+        transfer_dir = _require(d.senteval, "SentEval data", "data.senteval") if d.senteval else None
+    return TrainingData(text, pairs, Path(senteval), d.image_column, image_rows, transfer_dir)
 
 
 def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:

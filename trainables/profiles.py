@@ -130,6 +130,35 @@ def recipe(method: str, demo: bool) -> dict[str, Any]:
     return {**table.get(method, {}), **get(method).recipes.get("demo" if demo else "paper", {})}
 
 
+def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
+    """What a grid that reports SentEval's transfer tasks (TR) adds to its runs on ``profile``.
+
+    -> ``({"transfer": mode, ...}, None)``, or ``({}, why not)`` when TR cannot run there. The
+    mode is the profile's own ``transfer`` setting, else 'full' (the papers' protocol), or 'fast'
+    on the demo (sized for a CPU). The files are read from the profile's SentEval folder
+    (``data.senteval``). The demo profile generates its STS data and has no transfer tasks: it
+    evaluates them only when the real data is configured, its own ``data.senteval`` (a YAML
+    profile) or ``$MMEMB_DATA/senteval/downstream`` (the paper profile's layout).
+    """
+    _, prof = profile_overrides(profile)
+    demo = bool(prof.get("data.demo"))
+    mode = prof.get("transfer") or ("fast" if demo else "full")
+    if not demo:
+        return {"transfer": mode}, None
+    folder = prof.get("data.senteval")
+    if folder is None and os.environ.get("MMEMB_DATA"):
+        folder = str(Path(os.environ["MMEMB_DATA"]) / "senteval" / "downstream")
+        if not Path(folder).expanduser().is_dir():
+            return {}, (f"not evaluated: the demo profile generates its STS data, and {folder} "
+                        "($MMEMB_DATA/senteval/downstream) does not exist; point MMEMB_DATA at "
+                        "the folder holding senteval/downstream to evaluate them")
+    if folder is None:
+        return {}, ("not evaluated: the demo profile generates its STS data and has no transfer "
+                    "tasks; set MMEMB_DATA to the folder holding senteval/downstream (SentEval's "
+                    "data, the paper profile's layout) to evaluate them on the real data")
+    return {"transfer": mode, "data.senteval": folder}, None
+
+
 def build_config(
     profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
 ) -> RunConfig:

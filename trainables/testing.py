@@ -203,3 +203,107 @@ def write_tiny_profile(folder: str | Path, encoder: str | Path, **settings) -> P
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(profile))
     return path
+
+
+# --- SentEval transfer tasks in their real formats --------------------------------------------
+TRANSFER_CLASS_WORDS = {
+    "binary": ("good", "bad"),  # label 1 file, label 0 file
+    "TREC": ("abbr", "desc", "enty", "hum", "loc", "num"),
+}
+TRANSFER_FILLERS = ("the", "a", "film", "story", "it", "was", "very", "and", "of", "this", "plot",
+                    "caf\u00e9", "na\u00efve")
+
+
+def write_transfer_data(root: str | Path, n: int = 40, seed: int = 0, separable: bool = True) -> Path:
+    """The seven SentEval transfer tasks as tiny files in SentEval's real formats, under ``root``.
+
+    ``n`` samples per class and file (TREC: per coarse class; MRPC: per label). With
+    ``separable`` a class word marks each sample's label (a bag-of-words probe can reach 100%);
+    otherwise labels are drawn at random. Format details kept: MR, CR, SUBJ, MPQA and TREC are
+    latin-1 ('café' as byte 0xe9 in MR and TREC), CR and MPQA hold an empty line (a sample),
+    SST and MRPC are UTF-8, MRPC starts with a byte-order mark and its header line.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+
+    def sentence(word: str) -> str:
+        k = int(rng.integers(1, 5))
+        words = [str(w) for w in rng.choice(TRANSFER_FILLERS, size=k)]
+        words.insert(int(rng.integers(0, k + 1)), word)
+        return " ".join(words)
+
+    def label(true: int, n_classes: int) -> int:
+        return true if separable else int(rng.integers(0, n_classes))
+
+    def write(rel: str, lines: list[str], encoding: str, bom: bool = False) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(("\ufeff" if bom else "").encode(encoding) + "".join(
+            line + "\n" for line in lines).encode(encoding))
+
+    pos, neg = TRANSFER_CLASS_WORDS["binary"]
+    files = {"MR": ("rt-polarity.pos", "rt-polarity.neg"), "CR": ("custrev.pos", "custrev.neg"),
+             "SUBJ": ("subj.objective", "subj.subjective"), "MPQA": ("mpqa.pos", "mpqa.neg")}
+    for task, names in files.items():
+        if separable:
+            per_file = [[sentence(w) for _ in range(n)] for w in (pos, neg)]
+        else:  # random words, the file (= the label) carries no signal
+            per_file = [[sentence(str(rng.choice([pos, neg]))) for _ in range(n)] for _ in range(2)]
+        if task in ("CR", "MPQA"):
+            per_file[0][n // 2] = ""  # SentEval keeps empty lines as samples
+        for name, lines in zip(names, per_file, strict=True):
+            write(f"{task}/{name}", lines, "latin-1")
+    for split, m in (("train", n), ("dev", max(4, n // 4)), ("test", max(4, n // 4))):
+        lines = []
+        for true, w in ((1, pos), (0, neg)):
+            lines += [f"{sentence(w)}\t{label(true, 2)}" for _ in range(m)]
+        write(f"SST/binary/sentiment-{split}", [str(x) for x in rng.permutation(lines)], "utf-8")
+    coarse = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    for name, m in (("train_5500.label", n), ("TREC_10.label", max(4, n // 4))):
+        lines = []
+        for true, w in enumerate(TRANSFER_CLASS_WORDS["TREC"]):
+            lines += [f"{coarse[label(true, 6)]}:fine {sentence(w)}" for _ in range(m)]
+        write(f"TREC/{name}", [str(x) for x in rng.permutation(lines)], "latin-1")
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+    for name, m in (("msr_paraphrase_train.txt", n), ("msr_paraphrase_test.txt", max(4, n // 4))):
+        lines = []
+        for i in range(2 * m):
+            true = i % 2
+            a = sentence(str(rng.choice(TRANSFER_FILLERS)))
+            b = a if true else sentence(str(rng.choice(TRANSFER_FILLERS)))
+            lines.append(f"{label(true, 2)}\t{1000 + i}\t{2000 + i}\t{a}\t{b}")
+        write(f"MRPC/{name}", [header, *lines], "utf-8", bom=True)
+    return root
+
+
+def word_vector_encoder(dim: int = 64, class_scale: float = 3.0):
+    """A cheap deterministic encoder: the sum of fixed random word vectors (seeded by the word),
+    the class words of ``write_transfer_data`` ``class_scale`` times longer, so the classes are
+    linearly separable with a margin; an empty sentence is the zero vector. Dense, as real
+    embeddings are: a probe trained the SentEval way learns it within its early-stopping budget.
+    Fails loudly on anything but a list of str."""
+    import zlib
+
+    import numpy as np
+
+    strong = set(TRANSFER_CLASS_WORDS["binary"]) | set(TRANSFER_CLASS_WORDS["TREC"])
+    vectors: dict[str, np.ndarray] = {}
+
+    def vector(word: str) -> np.ndarray:
+        if word not in vectors:
+            v = np.random.default_rng(zlib.crc32(word.encode("utf-8"))).normal(size=dim)
+            vectors[word] = v * (class_scale if word in strong else 1.0)
+        return vectors[word]
+
+    def encode(sentences: list[str]) -> np.ndarray:
+        out = np.zeros((len(sentences), dim))
+        for r, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise TypeError(f"encode got {type(s).__name__}, expected str")
+            for w in s.split():
+                out[r] += vector(w)
+        return out
+
+    return encode

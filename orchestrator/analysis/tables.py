@@ -30,7 +30,10 @@ from orchestrator.analysis.stats import Comparison, compare, holm, sd_interval
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 DEFAULT_COLUMNS = (*STS_TASKS, "avg")
-LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg"}
+TRANSFER_PREFIX = "transfer/"
+"""SentEval's transfer tasks (TR): accuracy x 100, 'transfer/<task>' and 'transfer/avg'"""
+LABELS = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg",
+          "transfer/avg": "TR Avg", "transfer/SST2": "SST-2"}
 _ALIASES = {k.lower(): k for k in (*DEFAULT_COLUMNS, "alignment", "uniformity")} | {
     v.lower(): k for k, v in LABELS.items()
 }
@@ -43,11 +46,14 @@ def metric_key(name: str) -> str:
 
 
 def label(metric: str) -> str:
-    return LABELS.get(metric, metric)
+    return LABELS.get(metric, metric.removeprefix(TRANSFER_PREFIX))
 
 
 def _decimals(metric: str) -> int:
-    # Papers print Spearman x 100 with one decimal and alignment/uniformity with three.
+    # Papers print Spearman x 100 with one decimal, alignment/uniformity with three and DALR its
+    # transfer accuracies with two.
+    if metric.startswith(TRANSFER_PREFIX):
+        return 2
     return 3 if metric in ("alignment", "uniformity") else 1
 
 
@@ -309,7 +315,8 @@ def to_markdown(a: TableAnalysis) -> str:
     out += [f"#### Statistics vs {a.baseline}", ""]
     out += ["| cell | metric | Δ | Student p | Welch p | paired p | Holm p | g | 95% CI |",
             "|---" * 9 + "|"]
-    order = (["avg"] if "avg" in a.columns else []) + [m for m in a.columns if m != "avg"]
+    head = _headline(a)
+    order = [head] + [m for m in a.columns if m != head]
     for cell in a.cells[1:]:
         if not a.status[cell].complete or not a.status[a.baseline].complete:
             out.append(f"| {_row_label(a, cell)} | all | no statistics" + " | —" * 6 + " |")
@@ -345,8 +352,8 @@ def _tested(a: TableAnalysis) -> list[Entry]:
 
 
 def _headline(a: TableAnalysis) -> str:
-    """The column a one-line summary speaks of: Avg when the table has it."""
-    return "avg" if "avg" in a.columns else a.columns[0]
+    """The column a one-line summary speaks of: Avg (or TR Avg) when the table has it."""
+    return next((m for m in ("avg", "transfer/avg") if m in a.columns), a.columns[0])
 
 
 def _holm_sentence(a: TableAnalysis) -> str:
@@ -404,7 +411,7 @@ def _direction_lines(a: TableAnalysis) -> list[str]:
     """Demo profile: the published effect's direction against ours, never the published values."""
     rows = []
     m = _headline(a)
-    tasks = [t for t in a.columns if t != "avg"]
+    tasks = [t for t in a.columns if t != m]
     for cell in a.cells[1:]:
         e = a.entries[(cell, m)]
         if e.published_diff is None:

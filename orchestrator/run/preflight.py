@@ -6,7 +6,8 @@ the encoder stacked or looped), the tracking URI, the storage folder, the resour
 machine (without ``--address``), and the data every member trains on, opened once per distinct
 source: store values (NaN/inf, empty captions, page checksums), feature dimensions against the
 objective, the threshold filter on a sample of negatives, and every SentEval file the evaluation
-reads. Each refusal is one line naming the file or option, the problem and the fix.
+reads (the
+transfer tasks' too, when the runs evaluate them). Each refusal is one line naming the file or option, the problem and the fix.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     from trainables.evaluation import check_senteval
     from trainables.objectives.methods import method_of
     from trainables.schedule import count_steps
+    from trainables.transfer import check_transfer_files
 
     cfg = m.run
     dkey = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
@@ -196,10 +198,15 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                 warnings.append(f"{s.path} was written without page checksums, so a corrupt "
                                 "page would go unnoticed; re-convert it (python -m "
                                 "trainables.convert) to add them")
-        if str(data.senteval_dir) not in senteval:
-            senteval.add(str(data.senteval_dir))
-            lines.append(check_senteval(data.senteval_dir))
     data = opened[dkey]
+    if str(data.senteval_dir) not in senteval:  # marked done once passed, so that a refusal
+        lines.append(check_senteval(data.senteval_dir))  # names every cell it hits
+        senteval.add(str(data.senteval_dir))
+    if cfg.transfer is not None and data.transfer_dir is not None:
+        tkey = f"transfer {cfg.transfer} {data.transfer_dir}"
+        if tkey not in senteval:  # every TR file the final evaluation reads, parsed once
+            lines.extend(check_transfer_files(data.transfer_dir, mode=cfg.transfer))
+            senteval.add(tkey)
     ckey = json.dumps([dkey, cfg.encoder, cfg.to_dict()["objective"]], sort_keys=True)
     if ckey not in checked:
         checked.add(ckey)

@@ -20,6 +20,11 @@ from typing import Any
 from trainables.evaluation import ALL_TASKS
 
 STS_COLUMNS = (*ALL_TASKS, "avg")
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+"""SentEval's transfer tasks in the papers' column order (``trainables.transfer.TRANSFER_TASKS``,
+named here so a grid is read without importing torch)"""
+TRANSFER_COLUMNS = (*(f"transfer/{t}" for t in TRANSFER_TASKS), "transfer/avg")
+"""the TR table's columns: accuracy x 100 per task and their mean (DALR's TR Avg)"""
 
 
 class _ReadOnlyDict(dict):
@@ -74,6 +79,10 @@ class Grid:
     plot: str = "bars"
     xlabel: str | None = None
     note: str = ""
+    transfer: bool = False
+    """the table reports SentEval's transfer tasks (TR, DALR Tables 2, 3): its runs evaluate them
+    at the end (``trainables.profiles.transfer_layer`` says how, per profile) and the report adds
+    the TR table; published TR numbers are keyed by ``TRANSFER_COLUMNS``"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", frozen_mapping(self.base))
@@ -85,6 +94,11 @@ class Grid:
             if c.name == name:
                 return c
         raise ValueError(f"grid {self.name!r} has no cell {name!r}; cells: {[c.name for c in self.cells]}")
+
+    @property
+    def report_columns(self) -> tuple[str, ...]:
+        """Every column the report shows: the STS columns, then TR's when the table reports it."""
+        return (*self.columns, *(TRANSFER_COLUMNS if self.transfer else ()))
 
     @property
     def published(self) -> dict[str, dict[str, float]]:

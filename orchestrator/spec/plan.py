@@ -91,11 +91,13 @@ def plan_runs(grid: Grid, profile: str | None, seeds: Sequence[int] | None = Non
               cells: Sequence[str] | None = None, seeds_from: str = "grid seeds") -> list[RunPlan]:
     """Every (cell, seed) of ``grid`` as a run, baseline first, configs built on ``profile``.
 
-    ``cells`` runs a subset (the baseline is always kept: the report compares against it).
+    ``cells`` runs a subset (the baseline is always kept: the report compares against it). A grid
+    that reports TR adds its transfer settings below the grid's own (``transfer_layer``).
     ``seeds_from`` names where the seeds came from (``--seeds``) in each run's origins.
     """
-    from trainables.profiles import explain_config
+    from trainables.profiles import explain_config, transfer_layer
 
+    transfer = transfer_layer(profile)[0] if grid.transfer else {}
     if cells is not None:
         unknown = [c for c in cells if c not in [x.name for x in grid.cells]]
         if unknown:
@@ -106,8 +108,8 @@ def plan_runs(grid: Grid, profile: str | None, seeds: Sequence[int] | None = Non
         if cells is not None and t.cell not in cells and t.cell != grid.baseline:
             continue
         cell = grid.cell(t.cell)
-        layers = [(f"grid {grid.name} base", grid.base), (f"cell {t.cell}", cell.overrides),
-                  (seeds_from, {"seed": t.overrides["seed"]})]
+        layers = [(f"grid {grid.name} reports TR", transfer), (f"grid {grid.name} base", grid.base),
+                  (f"cell {t.cell}", cell.overrides), (seeds_from, {"seed": t.overrides["seed"]})]
         try:
             cfg, origins = explain_config(profile, layers)
         except (ValueError, FileNotFoundError) as e:

@@ -153,6 +153,7 @@ def list_text(grids: bool = True, spaces: bool = True,
                 alias = [a for a, n in ALIASES.items() if n == name]
                 size = f"{len(g.cells)} cells x {len(g.seeds)} seeds"
                 lines.append(f"grid    {name:<27} {size:<23} {g.title}"
+                             + (" (STS and TR)" if g.transfer else "")
                              + (f" (alias: {', '.join(alias)})" if alias else ""))
             elif hasattr(mod, "SPACE") and spaces:
                 s = _entry(name, "search")

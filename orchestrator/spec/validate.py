@@ -48,8 +48,11 @@ def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_
         if "objective.method" not in merged:
             raise ValueError(f"{where} cell {c.name!r}: overrides must name objective.method")
         for m, v in c.published.items():
-            if m not in grid.columns or not math.isfinite(v):
-                raise ValueError(f"{where} cell {c.name!r}: published {m}={v} must be finite, keyed by a column {grid.columns}")
+            if m not in grid.report_columns or not math.isfinite(v):
+                raise ValueError(f"{where} cell {c.name!r}: published {m}={v} must be finite, keyed "
+                                 f"by a column {grid.report_columns}"
+                                 + ("" if grid.transfer or not m.startswith("transfer/") else
+                                    " (a transfer column needs transfer=True)"))
         try:
             _check_teachers(build({**merged, "seed": grid.seeds[0]}))
         except (ValueError, TypeError) as e:

@@ -390,8 +390,8 @@ class Tracker:
 
     # --- read back --------------------------------------------------------------------------
     def scores(self, parent_id: str) -> tuple[dict[str, dict[int, dict[str, float]]], dict]:
-        """cell -> seed -> final metrics (``test/`` prefix dropped) of FINISHED children; and
-        cell -> seed -> failure reason of the others."""
+        """cell -> seed -> final metrics (``test/`` prefix dropped, ``transfer/`` kept) of FINISHED
+        children; and cell -> seed -> failure reason of the others."""
         ok: dict[str, dict[int, dict[str, float]]] = {}
         failed: dict[str, dict[int, str]] = {}
         for r in self.children(parent_id):
@@ -399,7 +399,7 @@ class Tracker:
             cell, seed = t.get(f"{TAG}cell"), int(t.get(f"{TAG}seed", -1))
             if r.info.status == "FINISHED":
                 m = {k.removeprefix("test/"): v for k, v in r.data.metrics.items()
-                     if k.startswith("test/")}
+                     if k.startswith(("test/", "transfer/"))}
                 m["best_stsb_dev"] = r.data.metrics.get("best_stsb_dev", float("nan"))
                 ok.setdefault(cell, {})[seed] = m
             else:
@@ -432,7 +432,7 @@ class Tracker:
 
 def _is_metric(key: str, value: Any) -> bool:
     keep = key in ("stsb_dev", "best_stsb_dev", "best_step", "lr", "epoch", "final", "steps") \
-        or key.startswith(("loss/", "test/"))
+        or key.startswith(("loss/", "test/", "transfer/"))
     return keep and isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -98,3 +98,14 @@ def test_profiles(tmp_path, monkeypatch):
     assert build_config(str(tmp_path / "mine.yaml"), "mcse").encoder == "roberta-base"
     with pytest.raises(ValueError, match="unknown profile 'nope'"):
         profile_overrides("nope")
+
+
+def test_transfer_setting_is_checked_and_hashes_only_when_on():
+    base = RunConfig().with_overrides({"objective.method": "simcse"})
+    fast = base.with_overrides({"transfer": "fast"})
+    assert fast.transfer == "fast" and fast.config_hash() != base.config_hash()
+    assert base.with_overrides({"transfer": None}).config_hash() == base.config_hash()
+    with pytest.raises(ValueError, match="transfer"):
+        base.with_overrides({"transfer": "test"})
+    with pytest.raises(ValueError, match="set final_eval=true or transfer=null"):
+        base.with_overrides({"transfer": "full", "final_eval": False})

@@ -53,6 +53,7 @@ from trainables.objectives import TeacherInputs, compute_objective, masked_fract
 from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
 from trainables.profiles import resolve_encoder
 from trainables.schedule import BatchSchedule
+from trainables.transfer import evaluate_transfer_many
 
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
@@ -452,7 +453,8 @@ class ArrayTrainer:
         return self.final_metrics() if self.cfg.final_eval and self.rank == 0 else {}
 
     def final_metrics(self) -> dict[str, dict[str, Any]]:
-        """Seven STS tasks, average, alignment and uniformity of each member's best weights."""
+        """Seven STS tasks, average, alignment and uniformity of each member's best weights (and
+        the transfer tasks of the members whose config asks for them)."""
         if not self.alive:
             return {}
         for j, m in enumerate(self.alive):
@@ -465,7 +467,23 @@ class ArrayTrainer:
             d = {f"test/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)}
             d.update(best_stsb_dev=m.record.best, best_step=m.record.best_step, steps=self.step)
             out[m.key] = d
+        self._transfer_metrics(out)
         return out
+
+    def _transfer_metrics(self, out: dict[str, dict[str, Any]]) -> None:
+        """SentEval's transfer tasks (``RunConfig.transfer``) of each member's best weights, as
+        ``transfer/<task>`` and ``transfer/avg``: sentences encoded once for the array, each
+        member's probes trained on its own embeddings alone (``trainables.transfer``)."""
+        todo: dict[tuple[Path, str], list[int]] = {}
+        for j, m in enumerate(self.alive):
+            if m.cfg.transfer is not None and m.data.transfer_dir is not None:
+                todo.setdefault((m.data.transfer_dir, m.cfg.transfer), []).append(j)
+        for (folder, mode), idx in todo.items():
+            results = evaluate_transfer_many(lambda s, idx=idx: self.encode_many(s)[idx], folder,
+                                             mode=mode, batch_size=self.cfg.eval_batch_size)
+            for j, res in zip(idx, results, strict=True):
+                out[self.alive[j].key].update(
+                    {f"transfer/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)})
 
     # --- checkpoint -----------------------------------------------------------------------
     def save_state(self, path: Path) -> None:

@@ -332,3 +332,21 @@ def test_progress_tells_the_step_at_the_start_and_every_progress_s(tiny_bert, ca
     t = ArrayTrainer([("a", cfg(tiny_bert, cache, max_steps=4, final_eval=False))])
     t.fit(Reports(), tmp_path / "every", progress=told.append)
     assert told == [{"step": s, "total_steps": 4} for s in range(4)]
+
+
+def test_transfer_tasks_of_a_member_do_not_depend_on_its_array(tiny_bert, cache, tmp_path):
+    from trainables.testing import write_transfer_data
+
+    senteval = write_transfer_data(tmp_path / "senteval", n=14)
+    tr = {"transfer": "fast", "data.senteval": str(senteval)}
+    me = cfg(tiny_bert, cache, "mcse", seed=3, **tr)
+    _, _, alone = run([("me", me)], tmp_path / "alone")
+    _, _, three = run([("o", cfg(tiny_bert, cache, "kdmcse", seed=1, **tr)), ("me", me),
+                       ("off", cfg(tiny_bert, cache, "mcse", seed=2, **{"data.senteval": str(senteval)}))],
+                      tmp_path / "three")
+    keys = [k for k in alone["me"] if k.startswith("transfer/") and not k.endswith("/seconds")]
+    assert {f"transfer/{t}" for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg")} <= set(keys)
+    for k in keys:
+        assert 0.0 <= alone["me"][k] <= 100.0 and three["me"][k] == pytest.approx(alone["me"][k], abs=TOL), k
+    assert not any(k.startswith("transfer/") for k in three["off"])  # transfer is per member
+    assert any(three["o"][k] != three["me"][k] for k in keys)  # other embeddings, other probes
