@@ -205,6 +205,9 @@ def independence(bc: BenchConfig, ws, data, steps: int, log: Callable[[str], Non
     precision = resolved_precision(bc)
     tol = TOLERANCE[precision]
     bs = bc.batch_sizes[0]
+    gc.collect()  # the largest array's memory, before four more arrays are built
+    if bc.device == "cuda":
+        torch.cuda.empty_cache()
 
     def train(methods: list[str], seeds: list[int], pos: int) -> tuple[list[dict[str, float]], float]:
         trainer, step, evaluate, _ = build_ours(bc, ws, data, methods, bs, members=len(methods), seeds=seeds)
