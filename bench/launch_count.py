@@ -164,6 +164,25 @@ def profile_steps(step, steps: int) -> dict[str, Counter]:
     return counts
 
 
+def memory_needed(width: int, members: int, bc: BenchConfig) -> float:
+    """Bytes an array of ``members`` at hidden ``width`` (BERT-base depth) needs on a CPU in fp32:
+    weights, gradients and two AdamW moments, plus about 20 saved floats per hidden unit, token
+    and layer for the backward (5.5 GB measured for one BERT-base member, process included)."""
+    params = 12 * (12 * width * width + 13 * width) + (30522 + 512 + 2) * width
+    tokens = 2 * bc.batch_sizes[0] * bc.max_length
+    return members * (16 * params + 20 * 4 * tokens * width * 12) + 1.0e9
+
+
+def memory_available() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return None
+
+
 def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, methods: Sequence[str],
             steps: int, warmup: int, root: Path, log=lambda s: None) -> list[dict]:
     """One row per M at hidden ``width`` (BERT-base depth), each from a fresh array."""
@@ -174,6 +193,13 @@ def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, meth
         ws = make_workspace(Path(tmp), bc, dims)
         data = SyntheticData(ws, width, bc.max_length, torch.device("cpu"), bc.seed, kind, bc.vocab)
         for m in members:
+            need, free = memory_needed(width, m, bc), memory_available()
+            if free is not None and need > free:
+                log(f"hidden {width:4d} M {m:3d} {kind}: skipped, needs about {need / 2**30:.1f} GiB, "
+                    f"{free / 2**30:.1f} GiB available")
+                rows.append({"width": width, "members": m, "kind": kind, "skipped":
+                             f"needs about {need / 2**30:.1f} GiB of memory, {free / 2**30:.1f} GiB were available"})
+                continue
             mix = [methods[i % len(methods)] for i in range(m)]
             t0 = time.perf_counter()
             trainer, step, _eval, _ckpt = build_ours(bc, ws, data, mix, bc.batch_sizes[0], members=m)
@@ -195,6 +221,7 @@ def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, meth
 def slopes(rows: list[dict]) -> dict[str, Any]:
     """Per (width, kind): kernels per step of M = 1, the extra kernels per extra member per phase,
     and whether the encoder's phases stay constant."""
+    rows = [r for r in rows if "skipped" not in r]
     out = {}
     for key in sorted({(r["width"], r["kind"]) for r in rows}):
         rs = sorted((r for r in rows if (r["width"], r["kind"]) == key), key=lambda r: r["members"])
@@ -213,6 +240,8 @@ def slopes(rows: list[dict]) -> dict[str, Any]:
 
 
 def format_rows(rows: list[dict]) -> str:
+    skipped = [r for r in rows if "skipped" in r]
+    rows = [r for r in rows if "skipped" not in r]
     phases = [p for p in (*PHASES, *(f"backward: {q}" for q in PHASES), "backward: accumulate")
               if any(r["kernels_by_phase"].get(p) for r in rows)]
     head = ["hidden", "M", "kind", "ops", "kernels", *phases]
@@ -221,6 +250,7 @@ def format_rows(rows: list[dict]) -> str:
         lines.append("| " + " | ".join(str(x) for x in (
             r["width"], r["members"], r["kind"], r["ops"], r["kernels"],
             *(r["kernels_by_phase"].get(p, 0) for p in phases))) + " |")
+    lines += [f"hidden {r['width']} M {r['members']} {r['kind']}: skipped, {r['skipped']}" for r in skipped]
     return "\n".join(lines)
 
 
