@@ -3,8 +3,9 @@
     python bench/gpu_suite.py --json gpu_suite.json     # CUDA: the whole suite, one H100 < 8 min
     python bench/gpu_suite.py --device cpu --tiny       # the same parts on a CPU, tiny model (< 1 min)
 
-It needs torch and transformers (and numpy and pyarrow, which the training code imports); it
-imports nothing of Ray, MLflow or Optuna. It prints one Markdown table (also written beside
+It needs torch and transformers, and numpy, pyarrow and scipy, which the training and evaluation
+code imports (``pip install torch transformers pyarrow scipy``; the project need not be installed:
+it runs from a clone). It imports nothing of Ray, MLflow or Optuna. It prints one Markdown table (also written beside
 ``--json`` as ``.md``) and, with ``--json``, every figure and the environment.
 
 Parts, each printed with its plan before it runs and its time after:
