@@ -231,7 +231,7 @@ def summary(label: str, values: dict[int, float]) -> str:
 
 
 def positive(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    from orchestrator.stats import compare
+    from orchestrator.analysis.stats import compare
 
     simcse = runs.cell("SimCSE", {"objective.method": "simcse"}, args.seeds)
     mcse = runs.cell("MCSE", {"objective.method": "mcse"}, args.seeds)
@@ -245,7 +245,7 @@ def positive(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
 
 
 def negative(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    from orchestrator.stats import compare
+    from orchestrator.analysis.stats import compare
 
     other = [s + 100 for s in args.seeds]
     a = runs.cell("MCSE", {"objective.method": "mcse"}, args.seeds)
@@ -261,8 +261,8 @@ def negative(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
 
 
 def table3(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    from orchestrator.registry import load_grid
-    from orchestrator.stats import compare, holm
+    from orchestrator.analysis.stats import compare, holm
+    from orchestrator.spec.registry import load_grid
     from trainables.evaluation import ALL_TASKS
 
     grid = load_grid("table3")
@@ -292,7 +292,7 @@ def table3(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
 
 
 def shuffle(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    from orchestrator.stats import compare
+    from orchestrator.analysis.stats import compare
 
     shuf = runs.cell("MCSE shuffled images", {"objective.method": "mcse", "data.shuffle_images": True},
                      args.seeds)

@@ -227,7 +227,7 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
         link.symlink_to(senteval.resolve(), target_is_directory=True)
     p["grid"].write_text(
         '"""The paper profile\'s MCSE runs stopped after a few steps, for bench/paper_shapes.py."""\n\n'
-        "from orchestrator.grids import Cell, Grid\n\n"
+        "from orchestrator.spec.grids import Cell, Grid\n\n"
         "GRID = Grid(\n"
         '    name="paper_steps",\n'
         f'    title="Paper profile, MCSE, {steps} steps (bench/paper_shapes.py)",\n'

@@ -264,7 +264,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
             objective=ObjectiveConfig(method=m), encoder=str(ws.encoder),
             text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
             max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=seeds[i],
-            precision=bc.precision, final_eval=False)))
+            precision=bc.precision, final_eval=False).resolved()))
     with mock.patch.object(trainer_mod, "load_data", lambda _cfg: data):
         trainer = trainer_mod.ArrayTrainer(cfgs, device=bc.device)
     if bc.compile:  # in place: state_dict keys and evaluate_dev unchanged

@@ -4,6 +4,7 @@
     python -m orchestrator.ablate --grid table3 --profile paper --address auto --gpus-per-trial 1
     python -m orchestrator.ablate --grid table3 --resume        # only the missing (cell, seed) runs
     python -m orchestrator.ablate --grid table3 --dry-run       # the runs, arrays and resources
+    python -m orchestrator.ablate --grid table3 --dry-run --explain  # where each setting came from
     python -m orchestrator.ablate --list
 
 The runs train as vectorised arrays (``--array-size``): one Tune trial and one Ray Train run per
@@ -27,8 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", help="override the grid's seeds (default 0-4)")
     p.add_argument("--cells", nargs="+", metavar="CELL",
                    help="run only these cells (and the baseline)")
+    p.add_argument("--explain", action="store_true",
+                   help="with --dry-run: for every cell, each setting that differs from its "
+                        "default, its value and the layer that set it")
     cli.add_campaign_args(p)
     args = p.parse_args(argv)
+    if args.explain and not args.dry_run:
+        p.error("--explain goes with --dry-run")
     if args.list:
         return cli.guarded(_list)
     if not args.grid:
@@ -37,20 +43,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list() -> int:
-    from orchestrator.registry import list_text
+    from orchestrator.spec.registry import list_text
 
     print(list_text())
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.campaign import Campaign, describe, dry_run_arrays, run_table
-    from orchestrator.grids import check_seeds
-    from orchestrator.plan import plan_id, plan_members
-    from orchestrator.preflight import check_campaign, check_demo_fit
-    from orchestrator.registry import load_grid
-    from orchestrator.report import grid_spec
-    from trainables.profiles import build_config, profile_overrides
+    from orchestrator.results.report import grid_spec
+    from orchestrator.run.campaign import Campaign, describe, dry_run_arrays, explain, run_table
+    from orchestrator.run.preflight import check_campaign, check_demo_fit
+    from orchestrator.spec.grids import check_seeds
+    from orchestrator.spec.plan import plan_id, plan_runs
+    from orchestrator.spec.registry import load_grid
+    from trainables.profiles import profile_overrides
 
     opts = cli.options(args)
     grid = load_grid(args.grid)
@@ -60,8 +66,8 @@ def _run(args: argparse.Namespace) -> int:
     profile_name, prof = profile_overrides(opts.profile)
     if prof.get("data.demo"):
         check_demo_fit(grid, args.cells)
-    members = plan_members(grid, lambda ov: build_config(opts.profile, overrides=ov),
-                           args.seeds, args.cells)
+    members = plan_runs(grid, opts.profile, args.seeds, args.cells,
+                        seeds_from="--seeds" if args.seeds else f"grid {grid.name} seeds")
     pre = check_campaign(members, opts, [seeds_checked])  # everything, before Ray or MLflow
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
@@ -72,11 +78,13 @@ def _run(args: argparse.Namespace) -> int:
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,
                         {"mmemb.grid": grid.name, "mmemb.profile": opts.profile or "default"})
     if args.dry_run:
-        trials, slots = dry_run_arrays(members, array_keys, grid.name, opts)
+        arrays, slots = dry_run_arrays(members, array_keys, grid.name, opts)
         print(f"{grid.title}\n{len(members)} runs ({len(cells)} cells x {len(seeds)} seeds) in "
-              f"{len(trials)} arrays, up to {slots} at once"
+              f"{len(arrays)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")
-        print(describe(trials))
+        print(describe(arrays))
+        if args.explain:
+            print(explain(members))
         print("\n".join(f"checked: {line}" for line in pre.checked))
         print("dry run: everything checked, nothing started")
         return 0

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from orchestrator.options import Options
+from orchestrator.run.options import Options
 
 
 def _array_size(text: str) -> int | None:

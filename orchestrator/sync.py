@@ -1,6 +1,6 @@
-"""Upload results kept locally while MLflow was unreachable (see orchestrator.outbox).
+"""Upload results kept locally while MLflow was unreachable (see orchestrator.tracking.journal).
 
-    python -m orchestrator.sync runs/mlflow-outbox-PLAN.jsonl --tracking-uri URI
+    python -m orchestrator.sync runs/mlflow-journal-PLAN.jsonl --tracking-uri URI
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from orchestrator.outbox import replay
-from orchestrator.tracking import Tracker
+from orchestrator.tracking.client import Tracker
+from orchestrator.tracking.journal import replay
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,210 +1,16 @@
-"""Links into the MLflow UI (3.x) that open a table's child runs ready to compare.
+"""Save a table's view in MLflow (again) and print its links in the MLflow UI.
 
-Two views of MLflow's own UI, no custom page:
+    python -m orchestrator.ui_links --run PARENT_RUN_ID [--tracking-uri URI] [--base URL]
 
-- **runs**: the experiment's runs table as a *saved view* (the UI's "Views" menu, the same thing
-  its "Save & share view" button writes). The UI keeps the columns, the grouping and the filter of
-  its runs table in the browser, not in the URL; a saved view is an experiment tag
-  ``mlflow.sharedViewState.<id>`` holding that state, and
-  ``#/experiments/<exp>/runs?viewStateShareKey=<id>`` opens it. Ours shows the table's children
-  (``tags.mlflow.parentRunId = '<parent>'``) grouped by cell (each group row is the mean over seeds),
-  with the cell and seed tags and the seven test scores and their average as columns.
-  :func:`publish` writes the tag; :func:`links` only builds addresses.
-- **compare**: ``#/compare-runs?runs=[...]&experiments=[...]``, MLflow's side-by-side view of the
-  children (params, tags and every metric of each run).
-
-``filter`` is the runs table with only the filter and sort in the URL (search facets such as
-``searchFilter`` and ``orderByKey`` are URL parameters): it works without the saved view, with the
-UI's default columns. ``parent`` is the parent run's page (report.md/csv/png among its artifacts).
+The views themselves: ``orchestrator.results.views``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-import urllib.parse
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
 
-from orchestrator.tables import DEFAULT_COLUMNS
-
-DEFAULT_BASE = "http://127.0.0.1:5000"
-TEST_METRICS = tuple(f"test/{c}" for c in DEFAULT_COLUMNS)  # test/STS12 ... test/avg
-CELL_TAG, SEED_TAG = "mmemb.cell", "mmemb.seed"
-SHARE_TAG_PREFIX = "mlflow.sharedViewState."  # experiment tags the UI reads saved views from
-SHARE_PARAM = "viewStateShareKey"
-RUN_NAME_KEY = "tags.`mlflow.runName`"  # the UI's sort key for "Run name"
-RUN_NAME_COLUMN = "attributes.`Run Name`"  # the runs table's column ids
-CREATED_COLUMN, DURATION_COLUMN = "runDateAndNestInfo", "duration"
-
-
-class _Info(Protocol):
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def experiment_id(self) -> str: ...
-
-
-class _Data(Protocol):
-    @property
-    def tags(self) -> Mapping[str, str]: ...
-
-
-class ChildRun(Protocol):
-    """What :func:`links` reads of a child run (an ``mlflow.entities.Run`` has it)."""
-
-    @property
-    def info(self) -> _Info: ...
-    @property
-    def data(self) -> _Data: ...
-
-
-def column(kind: str, key: str) -> str:
-    """The runs table's column id: ``column('metrics', 'test/avg') == 'metrics.`test/avg`'``."""
-    return f"{kind}.`{key}`"
-
-
-def children_filter(parent_id: str) -> str:
-    return f"tags.mlflow.parentRunId = '{parent_id}'"
-
-
-def view_id(parent_id: str) -> str:
-    """The saved view's id (in the tag key and the URL): one per table, stable across resumes."""
-    return f"mmemb-{parent_id}"
-
-
-def view_state(parent_id: str, metrics: Sequence[str] = TEST_METRICS) -> dict[str, Any]:
-    """The runs table state of the saved view: search facets and UI state, as the UI stores them
-    (groups start expanded)."""
-    cell_group = {"mode": "tag", "groupByData": CELL_TAG}
-    tags = [column("tags", CELL_TAG), column("tags", SEED_TAG)]
-    scores = [column("metrics", m) for m in metrics]
-    return {
-        # search facets (ExperimentPageSearchFacetsState)
-        "searchFilter": children_filter(parent_id),
-        "orderByKey": RUN_NAME_KEY, "orderByAsc": True,
-        "startTime": "ALL", "lifecycleFilter": "Active", "modelVersionFilter": "All Runs",
-        "datasetsFilter": [],
-        # UI state (ExperimentPageUIState)
-        "selectedColumns": [*tags, *scores],
-        # The UI would put metrics alphabetically and tags after them; this is the papers' order,
-        # narrow enough that cell, seed and the eight scores fit a 1600-pixel window.
-        "columnOrder": [RUN_NAME_COLUMN, *tags, *scores, CREATED_COLUMN, DURATION_COLUMN],
-        "columnWidths": {RUN_NAME_COLUMN: 200, CREATED_COLUMN: 110, tags[0]: 125, tags[1]: 90}
-                        | {c: 90 for c in scores},
-        "groupBy": {"aggregateFunction": "average", "groupByKeys": [cell_group]},
-        "runsHiddenMode": "SHOW_ALL", "viewMaximized": False, "runListHidden": False,
-        "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
-    }
-
-
-def view_tag(parent_id: str, name: str, metrics: Sequence[str] = TEST_METRICS,
-             now_ms: int | None = None) -> tuple[str, str]:
-    """(experiment tag key, value) of the saved view: the UI's envelope ``{name, createdAt,
-    updatedAt, state}`` with ``state`` as plain JSON (the UI reads plain or deflated)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    state = json.dumps(view_state(parent_id, metrics), separators=(",", ":"))
-    value = json.dumps({"name": name, "createdAt": now_ms, "updatedAt": now_ms, "state": state})
-    return SHARE_TAG_PREFIX + view_id(parent_id), value
-
-
-def _q(params: Mapping[str, str]) -> str:
-    return urllib.parse.urlencode(params, safe=",'", quote_via=urllib.parse.quote)
-
-
-def runs_url(base: str, experiment_id: str, parent_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?" + _q(
-        {SHARE_PARAM: view_id(parent_id)})
-
-
-def filter_url(base: str, experiment_id: str, parent_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?" + _q(
-        {"searchFilter": children_filter(parent_id), "orderByKey": RUN_NAME_KEY,
-         "orderByAsc": "true", "startTime": "ALL", "lifecycleFilter": "Active"})
-
-
-def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
-def compare_url(base: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
-    return f"{base.rstrip('/')}/#/compare-runs?" + _q(
-        {"runs": json.dumps(list(run_ids), separators=(",", ":")),
-         "experiments": json.dumps(list(experiment_ids), separators=(",", ":"))})
-
-
-def order_children(children: Sequence[ChildRun]) -> list[ChildRun]:
-    """By cell, in the order cells first appear, then by seed."""
-    first: dict[str, int] = {}
-    for r in children:
-        first.setdefault(r.data.tags.get(CELL_TAG, ""), len(first))
-
-    def key(r: ChildRun) -> tuple[int, int, str]:
-        seed = r.data.tags.get(SEED_TAG, "")
-        return (first[r.data.tags.get(CELL_TAG, "")],
-                int(seed) if seed.lstrip("-").isdigit() else 0, r.info.run_id)
-
-    return sorted(children, key=key)
-
-
-def links(parent_id: str, children: Sequence[ChildRun], base: str = DEFAULT_BASE, *,
-          experiment_id: str | None = None) -> dict[str, str]:
-    """Addresses of a table in the MLflow UI at ``base``: ``runs`` (the saved view, once
-    :func:`publish` wrote it), ``filter``, ``compare`` (absent without children) and ``parent``.
-
-    ``children`` are the parent's child runs (``Tracker.children(parent_id)``); the experiment is
-    theirs unless ``experiment_id`` is given."""
-    if experiment_id is None:
-        if not children:
-            raise ValueError("no children: pass experiment_id")
-        experiment_id = children[0].info.experiment_id
-    out = {"runs": runs_url(base, experiment_id, parent_id),
-           "filter": filter_url(base, experiment_id, parent_id)}
-    if children:
-        ordered = order_children(children)
-        exps = sorted({r.info.experiment_id for r in ordered})
-        out["compare"] = compare_url(base, exps, [r.info.run_id for r in ordered])
-    out["parent"] = run_url(base, experiment_id, parent_id)
-    return out
-
-
-def view_name(parent_name: str, parent_id: str) -> str:
-    """The view's name in the UI's "Views" menu: the table's run name and its id's first 8."""
-    return f"{parent_name} {parent_id[:8]}"
-
-
-def publish(client: Any, experiment_id: str, parent_id: str, name: str,
-            metrics: Sequence[str] = TEST_METRICS) -> str:
-    """Write (or refresh) the table's saved view on the experiment; -> its view id.
-
-    ``client`` is an ``MlflowClient`` (``Tracker.client``)."""
-    key, value = view_tag(parent_id, name, metrics)
-    client.set_experiment_tag(experiment_id, key, value)
-    return view_id(parent_id)
-
-
-def share(tracker: Any, parent_id: str, base: str = DEFAULT_BASE,
-          metrics: Sequence[str] = TEST_METRICS) -> dict[str, str]:
-    """Publish the table's saved view and return its :func:`links`: what a table prints at its end.
-
-    ``tracker`` is an ``orchestrator.tracking.Tracker``."""
-    children = tracker.children(parent_id)
-    name = tracker.client.get_run(parent_id).info.run_name or parent_id
-    publish(tracker.client, tracker.experiment_id, parent_id, view_name(name, parent_id), metrics)
-    return links(parent_id, children, base, experiment_id=tracker.experiment_id)
-
-
-def print_links(urls: Mapping[str, str], file: Any = None) -> None:
-    """The lines a table prints at its end."""
-    what = {"runs": "the table's runs, by cell, with the test scores",
-            "compare": "its runs side by side", "filter": "its runs, default columns",
-            "parent": "the table's run (report.md/csv/png)"}
-    print("in the MLflow UI (`mlflow ui --backend-store-uri ...`):", file=file)
-    for k in ("runs", "compare", "filter", "parent"):
-        if k in urls:
-            print(f"  {what[k]}:\n    {urls[k]}", file=file)
+from orchestrator.results.views import DEFAULT_BASE, print_links, share
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracking-uri", default=None, help="default: ./mlflow.db")
     p.add_argument("--base", default=DEFAULT_BASE, help="where `mlflow ui` listens")
     args = p.parse_args(argv)
-    from orchestrator.tracking import Tracker
+    from orchestrator.tracking.client import Tracker
 
     print_links(share(Tracker(args.tracking_uri), args.run, args.base))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.grids import STS_COLUMNS
+from orchestrator.spec.grids import STS_COLUMNS
 
 SIMCSE = {"objective.method": "simcse"}
 MCSE = {"objective.method": "mcse"}

@@ -6,7 +6,7 @@ positive. Its pairing (grid seed i with baseline seed i) is arbitrary, so the pa
 but has no correlation to exploit.
 """
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import MCSE
 
 SEED_OFFSET = 1000

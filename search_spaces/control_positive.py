@@ -6,7 +6,7 @@ helps, a paired t-test over 5 seeds must find MCSE better (p < 0.05); if it does
 cannot be trusted to see the smaller gaps of the ablations either.
 """
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import MAIN_BERT_FLICKR, MCSE, SIMCSE
 
 GRID = Grid(

@@ -1,6 +1,6 @@
 """DALR search: lambda (log), mu, one angular margin (m1 = m2) and the text-teacher combination."""
 
-from orchestrator.spaces import FloatRange, SearchSpace, check_choices
+from orchestrator.spec.spaces import FloatRange, SearchSpace, check_choices
 from search_spaces._common import DALR, MCSE
 from trainables.profiles import ALPHA_PARAM, TEACHER_PARAM
 

@@ -1,6 +1,6 @@
 """DALR Table 3: loss ablations, BERT-base, wiki+flickr (STS Avg, mean over 5 runs)."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._dalr_ablation import NAMES, ablation
 
 STS_AVG = (79.49, 78.24, 78.16, 79.15, 78.61, 78.82, 79.06, 78.91, 77.17)

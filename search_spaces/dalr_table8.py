@@ -1,6 +1,6 @@
 """DALR Table 8: the Table 3 loss ablations on wiki+coco, BERT-base (STS Avg)."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import COCO
 from search_spaces._dalr_ablation import NAMES, ablation
 

@@ -1,6 +1,6 @@
 """DALR Table 9: image teacher (CLIP or ResNet) x text teachers, BERT-base, wiki+flickr (STS Avg)."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import DALR
 
 TEXT = {  # paper label -> teacher combination ("simcse+diffcse" is the profile's default pair)

@@ -1,6 +1,6 @@
 """KDMCSE Figure 7: STS average vs the AdapACSE margin m, 0.025 to 0.225 rad, BERT wiki+flickr."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MAIN_BERT_FLICKR, MCSE
 
 MARGINS = tuple(round(0.025 * k, 3) for k in range(1, 10))

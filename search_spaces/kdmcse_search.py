@@ -1,6 +1,6 @@
 """KDMCSE search: AdapACSE margin, threshold filter (value or off) and lambda (log), vs MCSE."""
 
-from orchestrator.spaces import FloatRange, SearchSpace, check_choices
+from orchestrator.spec.spaces import FloatRange, SearchSpace, check_choices
 from search_spaces._common import MCSE
 
 MARGIN = FloatRange("objective.grounding_margin", 0.025, 0.225)  # KDMCSE Figure 7's range

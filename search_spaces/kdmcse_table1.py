@@ -1,6 +1,6 @@
 """KDMCSE Table 1 (main results): SimCSE, MCSE, KDMCSE, BERT-base, wiki+flickr."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MAIN_BERT_FLICKR, MCSE, SIMCSE
 
 GRID = Grid(

@@ -1,6 +1,6 @@
 """KDMCSE Table 1 (main results), RoBERTa-base, wiki+coco: SimCSE, MCSE, KDMCSE (published Avg only)."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import COCO, KDMCSE, MCSE, ROBERTA, SIMCSE
 
 SETTING = {**COCO, **ROBERTA}

@@ -1,6 +1,6 @@
 """KDMCSE Table 2: alignment and uniformity (Wang and Isola) on STS-B dev, BERT-base, wiki+flickr."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MCSE
 
 GRID = Grid(

@@ -1,6 +1,6 @@
 """KDMCSE Table 3: ablation of AdapACSE and threshold filtering, BERT-base, wiki+flickr, vs MCSE."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MAIN_BERT_FLICKR, MCSE, row
 
 GRID = Grid(

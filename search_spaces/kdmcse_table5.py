@@ -1,6 +1,6 @@
 """KDMCSE Table 5: MCSE also given the CLIP text embeddings (MCSE_CLIPText) vs KDMCSE, BERT."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import KDMCSE, MCSE
 
 GRID = Grid(

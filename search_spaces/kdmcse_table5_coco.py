@@ -1,6 +1,6 @@
 """KDMCSE Table 5, wiki+coco: MCSE also given the CLIP text embeddings vs KDMCSE, BERT-base."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import COCO, KDMCSE, MCSE
 
 GRID = Grid(

@@ -1,6 +1,6 @@
 """MCSE Table 4: the weight lambda of the multimodal loss, Flickr30k only, STS-B dev (BERT-base)."""
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import MCSE
 
 LAMBDAS = (0.001, 0.01, 0.05, 0.1, 0.5)

@@ -102,8 +102,8 @@ def test_aws_node_types():
 
 def test_packed_runs_fit_the_small_worker():
     """docs: 4 arrays per GPU at the default 1 CPU each; a trial's driver holds no CPU
-    (orchestrator.resources.TRIAL_DRIVER_RESOURCES), so a trial costs exactly its array's 1 CPU."""
-    from orchestrator.resources import TRIAL_DRIVER_RESOURCES, Resources
+    (orchestrator.run.resources.TRIAL_DRIVER_RESOURCES), so a trial costs exactly its array's 1 CPU."""
+    from orchestrator.run.resources import TRIAL_DRIVER_RESOURCES, Resources
 
     assert TRIAL_DRIVER_RESOURCES.get("CPU", 0) == 0 and TRIAL_DRIVER_RESOURCES.get("GPU", 0) == 0
 
@@ -229,7 +229,7 @@ def test_doc_ray_commands_parse():
 
 def test_doc_ablate_commands_parse(capsys):
     from orchestrator.ablate import main
-    from orchestrator.registry import load_grid
+    from orchestrator.spec.registry import load_grid
 
     found = 0
     for line in doc_lines():

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator import test_resilience as res
-from tests.orchestrator.test_resilience import (
+from tests.orchestrator.run import test_resilience as res
+from tests.orchestrator.run.test_resilience import (
     ROOT,
     by_key,
     kill_tagged,
@@ -50,7 +50,7 @@ def _by_cmdline(needle: str) -> list[int]:
 @pytest.fixture(scope="module")
 def two_nodes():
     """(address, env) of a head (1 CPU) and a second node (1 CPU, at 127.0.0.2)."""
-    from orchestrator.ui_check import _free_port
+    from orchestrator.results.browser_check import _free_port
 
     port = _free_port()
     # Short: Ray's unix socket paths live under it (108-byte limit).

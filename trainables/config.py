@@ -14,10 +14,24 @@ import json
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainables.checks import (
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    Choice,
+    Each,
+    Flag,
+    Nested,
+    Optional,
+    Text,
+    check_fields,
+    count,
+    setting,
+)
 from trainables.objectives import ObjectiveConfig
 
 
@@ -25,27 +39,27 @@ from trainables.objectives import ObjectiveConfig
 class DataConfig:
     """Where the training and evaluation data live. ``demo=True`` generates the demo corpus."""
 
-    demo: bool = False
+    demo: bool = setting(False, Flag())
     """use the generated demo corpus (trainables.demo_corpus) instead of the paths below"""
-    text: str | None = None
+    text: str | None = setting(None, Optional(Text()))
     """Wiki1M-style text file, one sentence per line (None: no text batches, caption-only)"""
-    caption_only: bool = False
+    caption_only: bool = setting(False, Flag())
     """train on the caption+image pairs alone, no text batches (MCSE's flickr-only setting);
     the demo corpus honours it too"""
-    pairs: str | None = None
+    pairs: str | None = setting(None, Optional(Text()))
     """Parquet feature store of (caption, image) pairs (trainables.store); None: text-only SimCSE"""
-    senteval: str | None = None
+    senteval: str | None = setting(None, Optional(Text()))
     """SentEval 'downstream' folder (STS/, SICK/) for dev and test evaluation"""
-    image_column: str = "image"
+    image_column: str = setting("image", Text())
     """store column used as the image feature ('image' = CLIP image, 'resnet' = MCSE ResNet-50)"""
-    demo_seed: int = 0
+    demo_seed: int = setting(0, SEED)
     """seed of the generated demo corpus (fixed across runs so seeds vary training only)"""
-    demo_dim: int = 384
+    demo_dim: int = setting(384, count(2))
     """teacher feature size of the demo corpus; DALR's CMA needs it equal to the student's
     hidden size (384 for MiniLM-L6), as CLIP ViT-L/14's 768 equals BERT-base's"""
-    cache_dir: str = ".cache/mmemb"
+    cache_dir: str = setting(".cache/mmemb", Text())
     """where the demo corpus and tokenised caches are written"""
-    shuffle_images: bool = False
+    shuffle_images: bool = setting(False, Flag())
     """control: pair each caption with the image feature of another image (a fixed permutation of
     the image ids); the CLIP caption feature stays with its caption. Grounding then carries no
     information about the caption, so a gain that survives it does not come from the images"""
@@ -55,37 +69,37 @@ class DataConfig:
 class RunConfig:
     """One training run. Defaults are the official MCSE recipe (BERT-base, wiki+flickr)."""
 
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = setting(check=Nested(), factory=ObjectiveConfig)
     """method, weights, margins, temperatures and switches (trainables.objectives)"""
-    data: DataConfig = field(default_factory=DataConfig)
-    encoder: str = "bert-base-uncased"
+    data: DataConfig = setting(check=Nested(), factory=DataConfig)
+    encoder: str = setting("bert-base-uncased", Text())
     """student encoder: hub name or local folder (BERT or RoBERTa)"""
-    text_teachers: tuple[str, ...] = ()
+    text_teachers: tuple[str, ...] = setting((), Each(Text(), nonempty=False))
     """DALR text teachers (hub names or folders), weights in objective.teacher_weights"""
-    lr: float = 3e-5
-    batch_size: int = 64
-    epochs: int = 3
-    max_steps: int | None = None
+    lr: float = setting(3e-5, POSITIVE)
+    batch_size: int = setting(64, count(2, "in-batch negatives need 2 rows"))
+    epochs: int = setting(3, count(1))
+    max_steps: int | None = setting(None, Optional(count(1)))
     """stop after this many optimiser steps (None: the full schedule); the LR decays over it"""
-    max_length: int = 32
+    max_length: int = setting(32, count(3, "[CLS], a token and [SEP]"))
     """training tokenisation length (official: 32)"""
-    eval_every: int = 125
+    eval_every: int = setting(125, count(1))
     """STS-B dev evaluation (and checkpoint) every N optimiser steps, and at the last step"""
-    seed: int = 0
-    schedule: str = "official"
+    seed: int = setting(0, SEED)
+    schedule: str = setting("official", Choice(("official", "proportional")))
     """batch alternation: 'official' (every k-th step a pair batch) or 'proportional' (MCSE paper)"""
-    precision: str = "auto"
+    precision: str = setting("auto", Choice(("auto", "bf16", "fp32")))
     """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32'"""
-    proj_dim: int = 256
-    adam_eps: float = 1e-6
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    num_workers: int = 1
+    proj_dim: int = setting(256, count(1))
+    adam_eps: float = setting(1e-6, POSITIVE)
+    weight_decay: float = setting(0.0, NON_NEGATIVE)
+    grad_clip: float = setting(1.0, POSITIVE)
+    num_workers: int = setting(1, count(1))
     """Ray Train workers (DDP); the batch is split across them"""
-    use_gpu: bool | None = None
+    use_gpu: bool | None = setting(None, Optional(Flag()))
     """None: use a GPU when the cluster has one (resources per worker are set by the launcher)"""
-    eval_batch_size: int = 128
-    final_eval: bool = True
+    eval_batch_size: int = setting(128, count(1))
+    final_eval: bool = setting(True, Flag())
     """evaluate the best checkpoint on the seven STS tasks at the end"""
 
     # --- identity -------------------------------------------------------------------------
@@ -120,23 +134,14 @@ class RunConfig:
         return cfg
 
     def validate(self) -> None:
+        """Each setting's own check (``trainables.checks``), then what depends on several."""
         def bad(msg: str) -> None:
             raise ValueError(f"invalid run config: {msg}")
 
-        if self.lr <= 0:
-            bad(f"lr={self.lr} must be > 0")
-        if self.batch_size < 2:
-            bad(f"batch_size={self.batch_size} must be >= 2 (in-batch negatives need 2 rows)")
-        if self.epochs < 1:
-            bad(f"epochs={self.epochs} must be >= 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            bad(f"max_steps={self.max_steps} must be >= 1 or None")
-        if self.eval_every < 1:
-            bad(f"eval_every={self.eval_every} must be >= 1")
-        if self.schedule not in ("official", "proportional"):
-            bad(f"schedule={self.schedule!r}; use 'official' or 'proportional'")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            bad(f"precision={self.precision!r}; use 'auto', 'bf16' or 'fp32'")
+        try:
+            check_fields(self)
+        except ValueError as e:
+            bad(str(e))
         if self.num_workers < 1 or self.batch_size % self.num_workers:
             bad(f"batch_size={self.batch_size} must split evenly over num_workers={self.num_workers}")
         method = self.objective.method

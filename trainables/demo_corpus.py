@@ -41,10 +41,10 @@ Mechanisms, and what each one gives a method:
 5. Sizes: 800 pairs against 2,000 text lines make the official alternation put a caption batch
    on every second step (trainables/schedule.py), so 60 steps hold 30 grounded batches.
 
-Training on it with the demo profile (60 steps; bench/README.md, "demo_world.py"; 5 seeds, STS
-avg): MCSE 73.9 +- 1.6 beats text-only SimCSE 65.7 +- 1.8 (paired p = 0.002), and MCSE grounded on
-the wrong images (``data.shuffle_images``) falls to 63.7, so the gain comes from the images; MCSE
-against MCSE on other seeds differs by 1.1 (p = 0.21): the seed std of the STS avg is about 1.3.
+Training on it with the demo profile, MCSE beats text-only SimCSE by several points, MCSE grounded
+on the wrong images (``data.shuffle_images``) loses that gain, and MCSE against MCSE on other seeds
+differs by about the seed noise: the figures, with their commands, are in bench/README.md
+("demo_world.py"), which also re-measures the world's properties quoted above.
 
 What it can show: that the pipeline sees an effect that is there (MCSE vs SimCSE), seed noise
 (MCSE vs MCSE), that a filter or margin changes the runs. What it cannot: real visual signal (the

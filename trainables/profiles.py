@@ -10,10 +10,11 @@ official scripts' values; on the demo, its grounding weight), so a grid row only
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainables.config import RunConfig, load_yaml
+from trainables.config import RunConfig, flatten, load_yaml
 
 # A symbolic encoder name keeps config hashes machine-independent; resolved at load time.
 MINILM = "minilm-l6"
@@ -21,15 +22,13 @@ MINILM_TOP1 = "minilm-l6-top1"
 """MiniLM-L6 cut to its last layer (on its own embeddings): the demo student, see ``DEMO``."""
 TOP1_LAYERS = (5,)
 
-# Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs ~3x
-# more per step, ~5x per evaluation, and starts at 75 on the demo STS; its first layers alone give a
-# constant [CLS] (cosine 1.0000 between any two sentences: the top layer shapes [CLS]). Keeping a
-# subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). Untrained: 61.9.
-# lr 5e-4 (paper 3e-5) so 60 steps move it: at 1e-3 SimCSE ends below its start (57.2); at 3e-4
-# MCSE leads SimCSE by 5.9 instead of 8.7 (3 seeds each, bench/README.md "demo_world.py"). 60 steps x
-# batch 16 (30 caption batches): 0.11 s a member-step on 2 threads (with the fused AdamW kernel;
-# the single-tensor update over the word embeddings had been half the step), so table3's 20 runs
-# take 3 min 44 s end to end on 2 cores (bench/README.md, "table_timing.py").
+# Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs
+# several times more per step and per evaluation and starts near the demo's ceiling, leaving little
+# to learn; its first layers alone give a constant [CLS] (the top layer shapes [CLS]). Keeping a
+# subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). lr 5e-4 (paper
+# 3e-5) so 60 steps move it: a higher lr makes SimCSE end below its start, a lower one shrinks
+# MCSE's lead over SimCSE. The figures behind these choices, and the table's wall time, are in
+# bench/README.md ("demo_world.py", "table_timing.py").
 DEMO: dict[str, Any] = {
     "data.demo": True,
     "encoder": MINILM_TOP1,
@@ -43,8 +42,8 @@ DEMO: dict[str, Any] = {
     "eval_batch_size": 64,
 }
 # Grounding weight on the demo (paper 0.01): in 60 steps MCSE at lam 0.01 ends below text-only
-# SimCSE (63.4 vs 66.0 STS avg, 3 seeds), at 0.1 above it (69.0), at 1.0 far above (74.9). Same
-# value for MCSE and KDMCSE, as in the paper; DALR keeps its own lam (0.1).
+# SimCSE, at 1.0 far above it (bench/README.md, "demo_world.py"). Same value for MCSE and KDMCSE,
+# as in the paper; DALR keeps its own lam (0.1).
 DEMO_RECIPES: dict[str, dict[str, Any]] = {
     "mcse": {"objective.lam": 1.0},
     "kdmcse": {"objective.lam": 1.0},
@@ -97,21 +96,45 @@ def build_config(
     ``teachers`` (and ``teacher_alpha``) in the overrides name a DALR text-teacher combination
     symbolically ('simcse+rankcse'), resolved by :func:`teacher_overrides` for this profile.
     """
+    return explain_config(profile, [("overrides", overrides or {})], method)[0]
+
+
+Layers = Sequence[tuple[str, Mapping[str, Any]]]
+"""named override mappings, applied in order: a grid's base, then a cell, then the seed ..."""
+
+
+def explain_config(profile: str | None, layers: Layers, method: str | None = None
+                   ) -> tuple[RunConfig, dict[str, str]]:
+    """:func:`build_config` over named layers, and for every setting whose resolved value differs
+    from ``RunConfig()``'s field default, the layer that set it (``--dry-run --explain``).
+
+    Layers, lowest first: the field default, the method's official value (the objective's
+    resolution), the profile, the method's recipe on that profile, then ``layers`` in order.
+    """
     name, prof = profile_overrides(profile)
     merged: dict[str, Any] = dict(prof)
-    method = (overrides or {}).get("objective.method", method)
+    origin = dict.fromkeys(prof, f"profile {name}")
+    for _, values in layers:
+        method = values.get("objective.method", method)
     demo = bool(prof.get("data.demo"))
     if method is None and demo:
         method = RunConfig().objective.method  # the default run (MCSE) gets its demo lam too
     if method is not None:
         merged["objective.method"] = method
         for k, v in (DEMO_RECIPES if demo else PAPER_RECIPES).get(method, {}).items():
-            merged.setdefault(k, v)
-    merged.update(overrides or {})
+            if k not in merged:
+                merged[k], origin[k] = v, f"recipe {method} ({name})"
+    for layer, values in layers:
+        merged.update(values)
+        origin.update(dict.fromkeys(values, layer))
     if TEACHER_PARAM in merged:  # a symbolic teacher combination: the profile says where it lives
         combo = merged.pop(TEACHER_PARAM)
         alpha = merged.pop(ALPHA_PARAM, DEFAULT_ALPHA)
-        merged.update(teacher_overrides(combo, alpha, demo=bool(prof.get("data.demo"))))
+        via = origin.pop(TEACHER_PARAM)
+        origin.pop(ALPHA_PARAM, None)
+        expanded = teacher_overrides(combo, alpha, demo=demo)
+        merged.update(expanded)
+        origin.update(dict.fromkeys(expanded, f"{via} (teachers={combo})"))
     # Trials run with another working directory: anchor relative paths at the caller's.
     merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
     for key in ("data.text", "data.pairs", "data.senteval"):
@@ -119,7 +142,16 @@ def build_config(
             merged[key] = str(Path(merged[key]).expanduser().resolve())
     # The objective's method defaults are filled in here, once: the hash, MLflow's params and the
     # run then all see the same numbers (an explicit 0.15 margin and the default are one config).
-    return RunConfig().with_overrides(merged).resolved()
+    cfg = RunConfig().with_overrides(merged).resolved()
+    default, got = flatten(RunConfig().to_dict()), flatten(cfg.to_dict())
+    unresolved = flatten(RunConfig().with_overrides(merged).to_dict())
+    changed = {}
+    for key, value in got.items():
+        if value == default.get(key) or key == "data.cache_dir":
+            continue
+        changed[key] = origin.get(key) or (
+            "method default (official code)" if unresolved.get(key) != value else "default")
+    return cfg, changed
 
 
 def minilm_path() -> Path | None:

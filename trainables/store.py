@@ -249,7 +249,7 @@ def _feature_cache(
     """Decode the feature columns once into ``<col>.npy`` files and memory-map those.
 
     Why: Parquet pages must be *decoded*, so ``pq.read_table(memory_map=True)`` still copies
-    every float into process memory (measured: ~2x the column size, ~3 s per 0.5 GB). A
+    every float into process memory (bench/README.md, "store_read.py"). A
     raw ``.npy`` copy is mapped zero-copy, opens instantly, and is shared through the page cache
     by every trial process on the node. Keyed by the store's size + mtime, so a rewritten store
     (``add_columns``, re-conversion) gets a fresh cache.

@@ -4,7 +4,7 @@ Loaded by file (``--grid tests/orchestrator/grid_tiny.py``) the way a user's own
 tests exercise the custom-grid path. With the tiny BERT profile each trial takes seconds.
 """
 
-from orchestrator.grids import Cell, Grid
+from orchestrator.spec.grids import Cell, Grid
 
 GRID = Grid(
     name="tiny",

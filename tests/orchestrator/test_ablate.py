@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import ablate, report
-from orchestrator.tracking import Tracker
+from orchestrator.tracking.client import Tracker
 from trainables.testing import write_tiny_profile
 
 
@@ -150,7 +150,7 @@ def test_bad_profile_content(workdir, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr: -3\ndata:\n  demo: true\n")
     rc = ablate.main(["--grid", "table3", "--profile", str(bad)])
-    assert rc == 2 and "lr=-3.0 must be > 0" in capsys.readouterr().err
+    assert rc == 2 and "lr=-3.0 must be a finite number > 0" in capsys.readouterr().err
 
 
 def test_dry_run_prints_the_arrays_and_starts_nothing(workdir, tmp_path, capsys, monkeypatch):

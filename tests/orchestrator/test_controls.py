@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.grids import Cell, Grid, expand
-from orchestrator.plan import plan_members
-from orchestrator.registry import load_grid
-from orchestrator.validate import validate_grid
+from orchestrator.spec.grids import Cell, Grid, expand
+from orchestrator.spec.plan import plan_runs
+from orchestrator.spec.registry import load_grid
+from orchestrator.spec.validate import validate_grid
 from trainables.profiles import build_config
 
 M = {"objective.method": "mcse"}
@@ -39,7 +39,7 @@ def test_seed_offset_must_be_an_int():
 def test_negative_control_members_train_disjoint_seeds_but_pair_by_grid_seed():
     g = load_grid("control_negative")
     validate_grid(g)
-    members = plan_members(g, lambda ov: build_config("demo", overrides=ov))
+    members = plan_runs(g, "demo")
     base = [m for m in members if m.cell == g.baseline]
     other = [m for m in members if m.cell != g.baseline]
     assert [m.seed for m in base] == [m.seed for m in other] == list(g.seeds)  # the pairing

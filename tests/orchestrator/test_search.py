@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from orchestrator import search
-from orchestrator.tracking import Tracker
+from orchestrator.tracking.client import Tracker
 from trainables.testing import write_tiny_profile
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking import Tracker
-from tests.orchestrator.test_resilience import kill_tagged
+from orchestrator.tracking.client import Tracker
+from tests.orchestrator.run.test_resilience import kill_tagged
 from tests.waiting import wait_for
 from trainables.testing import write_tiny_profile
 

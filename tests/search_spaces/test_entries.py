@@ -13,12 +13,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from orchestrator.grids import STS_COLUMNS, expand
-from orchestrator.preflight import check_demo_fit
-from orchestrator.registry import load_grid, load_space, names
-from orchestrator.spaces import params_to_overrides
-from orchestrator.tables import metric_key
-from orchestrator.validate import validate_grid, validate_space
+from orchestrator.analysis.tables import metric_key
+from orchestrator.run.preflight import check_demo_fit
+from orchestrator.spec.grids import STS_COLUMNS, expand
+from orchestrator.spec.registry import load_grid, load_space, names
+from orchestrator.spec.spaces import params_to_overrides
+from orchestrator.spec.validate import validate_grid, validate_space
 from trainables.profiles import DEFAULT_ALPHA, MINILM, TEACHER_DIRS, build_config
 
 PAPERS = Path(__file__).resolve().parents[2] / "docs" / "published-tables.md"

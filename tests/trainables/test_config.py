@@ -28,8 +28,8 @@ def test_wrong_type_is_refused():
 
 
 @pytest.mark.parametrize("key,value,msg", [
-    ("lr", -1.0, "lr=-1.0 must be > 0"),
-    ("batch_size", 1, "batch_size=1 must be >= 2"),
+    ("lr", -1.0, "lr=-1.0 must be a finite number > 0"),
+    ("batch_size", 1, "batch_size=1 must be an integer >= 2"),
     ("schedule", "random", "schedule='random'"),
     ("num_workers", 3, "must split evenly"),
 ])

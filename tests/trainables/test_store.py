@@ -170,7 +170,7 @@ def test_page_overwritten_in_the_middle_fails_its_checksum(tmp_path):
 
 def test_store_without_checksums_still_opens_and_says_so(store, tmp_path):
     """Stores written before page checksums: read (NaN/empty checks still apply), flagged so
-    callers can warn (orchestrator.preflight does)."""
+    callers can warn (orchestrator.run.preflight does)."""
     path, *_ = store
     old = _foreign(path, tmp_path / "old.parquet")
     fs = FeatureStore(old, cache_dir=tmp_path / "cache")

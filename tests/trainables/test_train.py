@@ -89,6 +89,6 @@ def test_cli_refuses_bad_input_before_starting(tmp_path, capsys):
     assert train.main(["--profile", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
     assert train.main(["--profile", "demo", "lr=-1"]) == 2
-    assert "lr=-1.0 must be > 0" in capsys.readouterr().err
+    assert "lr=-1.0 must be a finite number > 0" in capsys.readouterr().err
     assert train.main(["--profile", "demo", "objective.margn=1"]) == 2
     assert "unknown setting 'objective.margn'" in capsys.readouterr().err

@@ -128,7 +128,8 @@ class ArrayAdamW:
 
         Members with equal (lr, weight decay, eps) go in one call; a slice ``p[i]`` of a stacked
         parameter is a contiguous view, so the update lands in place and stays per member.
-        On CPU this is ~10x faster than the single-tensor update over MiniLM's word embeddings.
+        On CPU it is much faster than the single-tensor update over MiniLM's word embeddings
+        (bench/README.md, "profile_step.py").
         """
         groups: dict[tuple[float, float, float], list[int]] = {}
         for i, h in enumerate(self.hyper):

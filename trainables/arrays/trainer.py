@@ -63,7 +63,10 @@ class Member:
 
     def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
         self.key, self.cfg = key, cfg
-        self.objective: ObjectiveConfig = cfg.objective.resolved()
+        if not cfg.objective.is_resolved:  # plans resolve once (trainables.profiles.build_config)
+            raise ValueError(f"member {key}: its objective settings are not resolved; build its "
+                             "config with build_config or RunConfig.resolved()")
+        self.objective: ObjectiveConfig = cfg.objective
         self.data = data
         self.teachers = None
         self.teacher_columns: tuple[str, ...] = ()

@@ -41,6 +41,19 @@ from typing import Any
 
 import torch
 
+from trainables.checks import (
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Each,
+    Flag,
+    Number,
+    Optional,
+    check_fields,
+    count,
+    setting,
+)
 from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
@@ -64,6 +77,7 @@ _LAM = {"simcse": 0.0, "mcse": 0.01, "kdmcse": 0.01, "dalr": 0.1}
 _MU = {"dalr": 0.2}
 _TEXT_MARGIN = {"kdmcse": 0.15, "dalr": 0.18}
 _GROUNDING_MARGIN = {"kdmcse": 0.15, "dalr": 0.18}
+ANGLE = Number(0, math.pi, hi_open=True, hint="an angle in radians; official 0.15 / 0.18")
 
 
 @dataclass(frozen=True)
@@ -75,55 +89,61 @@ class ObjectiveConfig:
     what it changes.
     """
 
-    method: str = "mcse"
+    method: str = setting("mcse", Choice(METHODS))
     """simcse | mcse | kdmcse | dalr"""
-    temperature: float = 0.05
+    temperature: float = setting(0.05, POSITIVE)
     """tau of the text-text InfoNCE (all repos: 0.05)"""
-    temperature_vl: float = 0.05
+    temperature_vl: float = setting(0.05, POSITIVE)
     """tau' of the cross-modal terms (all repos: 0.05)"""
-    lam: float | None = None
+    lam: float | None = setting(None, Optional(NON_NEGATIVE))
     """lambda: weight of the multimodal part (mcse 0.01, kdmcse 0.01, dalr 0.1 on 'cross')"""
-    mu: float | None = None
+    mu: float | None = setting(None, Optional(NON_NEGATIVE))
     """mu: DALR weight of the intra-modal part (0.2); unused elsewhere"""
-    text_margin: float | None = None
+    text_margin: float | None = setting(None, Optional(ANGLE))
     """m1: fixed angular margin on text-text negatives (kdmcse 0.15, dalr 0.18, else 0 = plain cos)"""
-    grounding_margin: float | None = None
+    grounding_margin: float | None = setting(None, Optional(ANGLE))
     """m2: AdapACSE margin on grounding negatives (kdmcse 0.15, dalr 0.18, else 0 = plain InfoNCE)"""
-    adaptive_margin: bool = True
+    adaptive_margin: bool = setting(True, Flag())
     """AdapACSE on (Delta = 1 - teacher intra-modal cosine); off = plain InfoNCE grounding"""
-    threshold: float | None = None
+    threshold: float | None = setting(None, Optional(FINITE))
     """false-negative filter value (off in the official scripts; score_base 0.8 when on); mcse/kdmcse"""
-    threshold_on: str = "dot"
+    threshold_on: str = setting("dot", Choice(("dot", "cosine")))
     """'dot': raw dot products of stored CLIP features (code); 'cosine': cosines (paper's reading)"""
-    clip_text_term: bool | None = None
+    clip_text_term: bool | None = setting(None, Optional(Flag()))
     """KDMCSE's L_t over CLIP-text features (None: kdmcse True, else False); MCSE may opt in (KDMCSE Table 5)"""
-    use_info: bool = True
+    use_info: bool = setting(True, Flag())
     """DALR L_Info (code: AdapACSE image grounding, 'L_cross')"""
-    use_consistency: bool = True
+    use_consistency: bool = setting(True, Flag())
     """DALR L_cons"""
-    use_cma: bool = True
+    use_cma: bool = setting(True, Flag())
     """DALR L_CMA"""
-    use_ima: bool = True
+    use_ima: bool = setting(True, Flag())
     """DALR L_IMA"""
-    use_rank: bool = True
+    use_rank: bool = setting(True, Flag())
     """DALR L_rank (ListMLE)"""
-    use_g2l: bool = True
+    use_g2l: bool = setting(True, Flag())
     """DALR global-local token InfoNCE (code-only, not in the paper)"""
-    consistency_weight: float = 0.01
-    consistency_margin: float = 0.2
-    consistency_shift: int = 5
-    kl_student_temperature: float = 0.45
-    kl_teacher_temperature: float = 0.5
-    teacher_weights: tuple[float, ...] = (0.33, 0.67)
+    consistency_weight: float = setting(0.01, NON_NEGATIVE)
+    consistency_margin: float = setting(0.2, Number(-1, 1, hint="a cosine margin"))
+    consistency_shift: int = setting(5, count(1, "images rolled by this many rows"))
+    kl_student_temperature: float = setting(0.45, POSITIVE)
+    kl_teacher_temperature: float = setting(0.5, POSITIVE)
+    teacher_weights: tuple[float, ...] = setting((0.33, 0.67), Each(NON_NEGATIVE))
     """weights of the DALR text teachers (SimCSE 0.33, DiffCSE 0.67)"""
-    teacher_temperature: float = 0.05
-    rank_eps: float = 1e-7
-    paper_reading: bool = False
+    teacher_temperature: float = setting(0.05, POSITIVE)
+    rank_eps: float = setting(1e-7, POSITIVE)
+    paper_reading: bool = setting(False, Flag())
     """True: formulas as the papers print them where they differ from the code (module docstring)"""
-    rank_gamma: float = 1.0
+    rank_gamma: float = setting(1.0, NON_NEGATIVE)
     """gamma: ListMLE weight inside 'rank' (DALR scripts: 1.0)"""
-    g2l_normalize: str = "tokens"
+    g2l_normalize: str = setting("tokens", Choice(("tokens", "features")))
     """'tokens': the code's token-axis normalisation of Local_T; 'features': per-token vectors"""
+
+    @property
+    def is_resolved(self) -> bool:
+        """True when every method-dependent value is filled in (see :meth:`resolved`)."""
+        return None not in (self.lam, self.mu, self.text_margin, self.grounding_margin,
+                            self.clip_text_term)
 
     def resolved(self) -> ObjectiveConfig:
         """This config with the method's official values filled in; ValueError on bad settings."""
@@ -150,44 +170,18 @@ class ObjectiveConfig:
         def bad(msg: str) -> None:
             raise ValueError(f"ObjectiveConfig: {msg}")
 
-        for name in ("temperature", "temperature_vl", "teacher_temperature",
-                     "kl_student_temperature", "kl_teacher_temperature"):
-            val = getattr(self, name)
-            if not (math.isfinite(val) and val > 0):
-                bad(f"{name}={val} must be a positive number (official: 0.05, KL 0.45/0.5)")
-        for name in ("lam", "mu", "consistency_weight", "rank_gamma", "rank_eps"):
-            val = getattr(self, name)
-            if not (math.isfinite(val) and val >= 0):
-                bad(f"{name}={val} must be a finite number >= 0")
-        for name in ("text_margin", "grounding_margin"):
-            val = getattr(self, name)
-            if not (0 <= val < math.pi):
-                bad(
-                    f"{name}={val} is an angle in radians and must lie in [0, pi) (official 0.15 / 0.18)"
-                )
-        if self.threshold is not None:
-            if not math.isfinite(self.threshold):
-                bad(f"threshold={self.threshold} must be a finite number or None (off)")
-            if self.method not in ("mcse", "kdmcse"):
-                bad(
-                    f"threshold filtering is a KDMCSE option; method {self.method!r} ignores it: set threshold=None"
-                )
-        if self.threshold_on not in ("dot", "cosine"):
-            bad(f"threshold_on={self.threshold_on!r}; use 'dot' (code) or 'cosine' (paper)")
+        try:
+            check_fields(self, "objective.")
+        except ValueError as e:
+            bad(str(e))
+        if self.threshold is not None and self.method not in ("mcse", "kdmcse"):
+            bad(f"threshold filtering is a KDMCSE option; method {self.method!r} ignores it: "
+                "set threshold=None")
         if self.clip_text_term and self.method not in ("mcse", "kdmcse"):
-            bad(
-                f"clip_text_term is a KDMCSE/MCSE term; method {self.method!r} has none: set it to None or False"
-            )
-        if not self.teacher_weights or not all(math.isfinite(w) for w in self.teacher_weights):
-            bad(
-                f"teacher_weights={self.teacher_weights} must be a non-empty tuple of finite numbers"
-            )
-        if not -1 <= self.consistency_margin <= 1:
-            bad(
-                f"consistency_margin={self.consistency_margin} is a cosine margin and must lie in [-1, 1]"
-            )
-        if self.g2l_normalize not in ("tokens", "features"):
-            bad(f"g2l_normalize={self.g2l_normalize!r}; use 'tokens' (code) or 'features'")
+            bad(f"clip_text_term is a KDMCSE/MCSE term; method {self.method!r} has none: set it "
+                "to None or False")
+        if not any(self.teacher_weights):
+            bad(f"teacher_weights={self.teacher_weights}: at least one teacher needs a weight > 0")
 
     def replace(self, **changes) -> ObjectiveConfig:
         return dataclasses.replace(self, **changes)
@@ -399,7 +393,8 @@ def compute_objective(
     "consistency", "cma", "info", "ima", "rank", "g2l", "cross", "intra" (switched-off terms absent);
     "total". ``generator`` seeds ListMLE's tie-break permutation (default: global CPU RNG).
     """
-    cfg = cfg.resolved()
+    if not cfg.is_resolved:  # plans resolve once; a script may pass a bare config
+        cfg = cfg.resolved()
     z1, z2 = student.z1, student.z2
     if z1.dim() != 2 or z1.shape != z2.shape:
         raise ValueError(

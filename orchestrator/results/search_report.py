@@ -1,0 +1,148 @@
+"""What a search found: the winner, whether it beat the runner-up by more than seed noise, every
+configuration tried, and Optuna's plots; written beside the report and mirrored to MLflow."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analysis.stats import compare
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The winner among the finalists and how its margin compares with the seed noise."""
+
+    winner: int
+    runner_up: int
+    means: Mapping[int, float]
+    ns: Mapping[int, int]
+    seed_std: float
+    """pooled std of a configuration's dev score over seeds (the noise every mean carries)"""
+    margin: float
+    se: float
+    """standard error of the winner - runner-up difference, from the pooled seed std"""
+    welch_p: float
+
+    @classmethod
+    def of(cls, seed_values: Mapping[int, Sequence[float]]) -> Verdict:
+        """Winner = best mean over all its seeds; needs two configurations with values."""
+        vals = {n: list(v) for n, v in seed_values.items() if v}
+        if len(vals) < 2:
+            raise ValueError("a verdict needs two finalists with results")
+        means = {n: statistics.fmean(v) for n, v in vals.items()}
+        order = sorted(means, key=lambda n: -means[n])
+        w, r = order[0], order[1]
+        dof = sum(len(v) - 1 for v in vals.values())
+        pooled = math.sqrt(sum((len(v) - 1) * statistics.variance(v) for v in vals.values()
+                               if len(v) > 1) / dof) if dof else math.nan
+        se = pooled * math.sqrt(1 / len(vals[w]) + 1 / len(vals[r]))
+        p = compare(vals[w], vals[r]).welch_p
+        return cls(w, r, means, {n: len(v) for n, v in vals.items()}, pooled,
+                   means[w] - means[r], se, p)
+
+    @property
+    def distinguished(self) -> bool:
+        """The margin is beyond two standard errors of the difference."""
+        return math.isfinite(self.se) and self.se > 0 and self.margin > 2 * self.se
+
+    def sentence(self) -> str:
+        head = (f"The winner (trial {self.winner}, mean STS-B dev {self.means[self.winner]:.2f} over "
+                f"{self.ns[self.winner]} seeds) beat the runner-up (trial {self.runner_up}, "
+                f"{self.means[self.runner_up]:.2f} over {self.ns[self.runner_up]} seeds) by "
+                f"{self.margin:.2f} points; the seed std is {self.seed_std:.2f}, so the margin is "
+                f"{self.margin / self.se if self.se else math.inf:.1f} standard errors of the "
+                f"difference (Welch p {self.welch_p:.2f}).")
+        if self.distinguished:
+            return head + " The winner is distinguishable from the runner-up."
+        return (head + " The search could NOT distinguish them: treat the finalists as tied, and "
+                "read the confirmation below as a test of the winner against the baseline only.")
+
+
+def trials_table(study, seed_values: Mapping[int, Sequence[float]]) -> str:
+    """Every configuration of the study: state, params, mean ± std dev over its seeds."""
+    rows = ["| trial | state | mean dev | seeds | params |", "|---|---|---|---|---|"]
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        vals = list(seed_values.get(t.number) or t.user_attrs.get("seed_values") or [])
+        mean = f"{statistics.fmean(vals):.2f}" if vals else "—"
+        if len(vals) > 1:
+            mean += f" ± {statistics.stdev(vals):.2f}"
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
+        rows.append(f"| {t.number} | {t.state.name.lower()} | {mean} | {len(vals)} | {params} |")
+    return "\n".join(rows)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def plots(study, outdir: Path) -> dict[str, str]:
+    """Optuna's own matplotlib plots; name -> file, or name -> why it could not be drawn."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ov
+
+    out = {}
+    for name, fn in (("optimization_history", ov.plot_optimization_history),
+                     ("param_importances", ov.plot_param_importances),
+                     ("parallel_coordinate", ov.plot_parallel_coordinate)):
+        path = outdir / f"search_{name}.png"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ax = fn(study)
+            fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
+            fig.set_size_inches(9, 5)
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            out[name] = path.name
+        except Exception as e:  # too few finished trials, a single parameter, ...
+            out[name] = f"not drawn ({type(e).__name__}: {str(e)[:120]})"
+    return out
+
+
+def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence[float]],
+          verdict: Verdict, pid: str) -> str:
+    """Write search.md, study.csv and the plots beside the report, upload them, return the
+    Markdown section that the confirmation report ends with."""
+    from orchestrator.results.report import report_dir
+
+    outdir = report_dir(session.tracker, session.campaign.name, session.parent)
+    outdir.mkdir(parents=True, exist_ok=True)
+    win = next(t for t in finalists if t.number == verdict.winner)
+    best = planner.overrides(win.params)
+    drawn = plots(study, outdir)
+    lines = [
+        "", f"## Search: {planner.space.title}", "",
+        f"Best configuration: trial {win.number}", "",
+        *[f"- `{k}` = {_fmt(v)}" for k, v in sorted(best.items())], "",
+        verdict.sentence(), "",
+        "### Finalists (search seeds + finalist seeds)", "",
+        "| trial | mean dev | seeds | values |", "|---|---|---|---|",
+        *[f"| {t.number} | {statistics.fmean(seed_values[t.number]):.2f} | "
+          f"{len(seed_values[t.number])} | {', '.join(f'{v:.2f}' for v in seed_values[t.number])} |"
+          for t in finalists if seed_values.get(t.number)],
+        "", "### Every configuration", "", trials_table(study, seed_values), "",
+        "### Plots", "", *[f"- {k}: {v}" for k, v in drawn.items()], "",
+    ]
+    if session.campaign.spec.get("demo"):
+        lines += ["Demo profile: these are demo-world numbers; they show that the search works, "
+                  "not which setting is best on the papers' data.", ""]
+    md = "\n".join(lines)
+    (outdir / "search.md").write_text(md)
+    study.trials_dataframe().to_csv(outdir / "study.csv", index=False)
+    try:
+        for f in ["search.md", "study.csv", *[v for v in drawn.values() if v.endswith(".png")]]:
+            session.tracker.log_artifact_file(session.parent, outdir / f)
+    except Exception as e:  # never lose the search's result to an artifact store
+        print(f"warning: search artifacts not uploaded ({type(e).__name__}); they are in {outdir}")
+    return md

@@ -1,0 +1,183 @@
+"""A search's procedure on a campaign session: TPE rounds as arrays, finalists, confirmation.
+
+``python -m orchestrator.search`` parses and checks its options, opens a
+``orchestrator.run.campaign.Session`` and hands it to :func:`rounds` and :func:`finish`:
+
+1. **Rounds.** TPE asks ``round_size`` configurations at once; each trains on the search seeds,
+   all of them as one array, halved once at mid-run on the mean dev score of their seeds.
+2. **Finalists.** The best configurations train again on fresh seeds; the winner is the best mean
+   over all its seeds (``orchestrator.results.search_report.Verdict``).
+3. **Confirmation.** The winner and the baseline train on the space's fresh seeds, tested as a
+   table is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    num_samples: int
+    search_seeds: tuple[int, ...]
+    finalists: int
+    finalist_seeds: tuple[int, ...]
+    confirm_seeds: tuple[int, ...]
+    seed: int
+    round_size: int
+    halving: bool
+    study_storage: str | None
+
+
+def default_study(storage: str) -> str:
+    root = Path(storage if "://" not in storage else "runs").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / 'optuna.db'}"
+
+
+def rung_of(total_steps: int, eval_every: int) -> tuple[tuple[int, ...], float] | None:
+    """Halve once, at the first evaluation at or after half the run: dev scores need that long to
+    separate (bench/README.md, 'search pruning'); before it the ranking is mostly seed noise."""
+    step = math.ceil(total_steps / 2 / eval_every) * eval_every
+    return ((step,), 2.0) if step < total_steps else None
+
+
+class Planner:
+    """Members of a search: (configuration, seed) runs built from the space's params."""
+
+    def __init__(self, space, profile: str | None, build):
+        self.space, self.profile, self.build = space, profile, build
+        self.eval_every = build(dict(space.base)).eval_every
+
+    def overrides(self, params: dict[str, Any]) -> dict[str, Any]:
+        from orchestrator.spec.spaces import params_to_overrides
+
+        return params_to_overrides(self.space, params, profile=self.profile) if params else dict(self.space.base)
+
+    def member(self, key: str, params: dict[str, Any], seed: int, group: str, cell: str = "",
+               overrides: dict[str, Any] | None = None):
+        from orchestrator.spec.plan import RunPlan
+
+        ov = {**(self.overrides(params) if overrides is None else overrides), "seed": seed}
+        name = cell or group
+        return RunPlan(f"{key}/seed-{seed}", name, seed, self.build(ov), f"{name} seed {seed}",
+                          f"{name} | seed {seed}", group=group)
+
+    def trial_members(self, prefix: str, number: int, params: dict[str, Any], seeds: Sequence[int]):
+        return [self.member(f"{prefix}/{number}", params, s, f"trial-{number}", f"trial {number}")
+                for s in seeds]
+
+    @property
+    def baseline_name(self) -> str:
+        return str(self.space.baseline.get("objective.method", "baseline")).upper()
+
+    def confirmation(self, params: dict[str, Any], seeds: Sequence[int]):
+        best = f"best of {self.space.name}"
+        base = [self.member("confirm/baseline", {}, s, "", self.baseline_name,
+                            overrides=dict(self.space.baseline)) for s in seeds]
+        win = [self.member("confirm/best", params, s, "", best) for s in seeds]
+        return base + win
+
+    def confirm_spec(self, seeds: Sequence[int], demo: bool) -> dict[str, Any]:
+        from orchestrator.spec.grids import STS_COLUMNS
+
+        return {"name": self.space.name,
+                "title": f"{self.space.title}: best configuration vs baseline, fresh seeds",
+                "baseline": self.baseline_name, "seeds": list(seeds), "columns": list(STS_COLUMNS),
+                "plot": "bars", "xlabel": None, "note": "", "x": {}, "published": {},
+                "cells": [self.baseline_name, f"best of {self.space.name}"], "demo": demo}
+
+
+def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> int | None:
+    """Ask, train and tell until the study holds ``num_samples`` configurations."""
+    from optuna.trial import TrialState
+
+    rnd = 0
+    while True:
+        mine = [t for t in study.get_trials(deepcopy=False)
+                if t.state == TrialState.RUNNING and t.user_attrs.get("plan_id") == pid]
+        if mine:  # left RUNNING by an interrupted run of this plan: train them again
+            batch = [(t.number, t.params) for t in mine]
+        else:
+            left = sa.num_samples - sum(1 for t in study.get_trials(deepcopy=False)
+                                        if t.state != TrialState.FAIL)
+            if left <= 0:
+                return None
+            batch = []
+            for _ in range(min(sa.round_size, left)):
+                t = study.ask()
+                planner.space.define(t)
+                t.set_user_attr("plan_id", pid)
+                batch.append((t.number, dict(t.params)))
+        members = [m for n, params in batch for m in planner.trial_members("search", n, params, sa.search_seeds)]
+        rnd += 1
+        print(f"round {rnd}: {len(batch)} configurations x {len(sa.search_seeds)} seeds", flush=True)
+        out = session.run(members, f"{planner.space.name}-{pid}-round", halving=rung)
+        if out.interrupted:
+            return session.interrupted()
+        results = session.tracker.member_results(session.parent)
+        for n, _ in batch:
+            runs = [results.get(f"search/{n}/seed-{s}", {}) for s in sa.search_seeds]
+            values = [r["metrics"]["best_stsb_dev"] for r in runs
+                      if r.get("status") == "FINISHED" and "best_stsb_dev" in r.get("metrics", {})]
+            trial = _live(study, n)
+            trial.set_user_attr("seed_values", values)
+            if len(values) < len(sa.search_seeds):
+                study.tell(trial, state=TrialState.FAIL)
+            elif any(r.get("stopped") for r in runs):
+                trial.report(sum(values) / len(values), rung[0][0] if rung else 0)
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, sum(values) / len(values))
+
+
+def _live(study, number: int):
+    """The RUNNING trial ``number`` as an ``optuna.trial.Trial`` (to set attributes, report, tell),
+    also when it was asked by an earlier, interrupted driver of this plan."""
+    import optuna
+
+    (frozen,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+    return optuna.trial.Trial(study, frozen._trial_id)
+
+
+def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dict[str, Any]) -> int:
+    from optuna.trial import TrialState
+
+    from orchestrator.results import search_report
+
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if len(done) < 2:
+        session.tracker.end(session.parent, "FAILED")
+        raise ValueError(f"only {len(done)} configuration(s) finished the search; a search needs 2 "
+                         "to compare (see the failed runs in MLflow)")
+    finalists = sorted(done, key=lambda t: -t.value)[: sa.finalists]
+    members = [m for t in finalists for m in planner.trial_members("final", t.number, t.params, sa.finalist_seeds)]
+    print(f"finalists: trials {[t.number for t in finalists]} on seeds {list(sa.finalist_seeds)}", flush=True)
+    out = session.run(members, f"{planner.space.name}-{pid}-finalists")
+    if out.interrupted:
+        return session.interrupted()
+    results = session.tracker.member_results(session.parent)
+    seed_values = {}
+    for t in finalists:
+        extra = [results.get(f"final/{t.number}/seed-{s}", {}).get("metrics", {}).get("best_stsb_dev")
+                 for s in sa.finalist_seeds]
+        seed_values[t.number] = list(t.user_attrs.get("seed_values", [])) + [v for v in extra if v is not None]
+    verdict = search_report.Verdict.of(seed_values)
+    winner = next(t for t in finalists if t.number == verdict.winner)
+    session.tracker.client.log_dict(session.parent, {
+        "trial": winner.number, "params": winner.params, "overrides": planner.overrides(winner.params),
+        "seed_values": seed_values[winner.number]}, "best.json")
+    print(f"winner: trial {winner.number} {winner.params}\n{verdict.sentence()}", flush=True)
+    confirm = planner.confirmation(winner.params, sa.confirm_seeds)
+    session.tracker.log_artifact_text(session.parent, "grid.json", json.dumps(spec, indent=1))
+    print(f"confirming on seeds {list(sa.confirm_seeds)}: the winner and {planner.baseline_name}", flush=True)
+    out = session.run(confirm, f"{planner.space.name}-{pid}-confirm")
+    if out.interrupted:
+        return session.interrupted()
+    extra_md = search_report.write(session, study, planner, finalists, seed_values, verdict, pid)
+    return session.finish(spec, extra_md=extra_md)

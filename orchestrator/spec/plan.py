@@ -1,0 +1,183 @@
+"""The typed plan of a campaign: members (one run each) packed into trials (one array each).
+
+A :class:`RunPlan` is one (cell, seed) of a table or one (configuration, seed) of a search:
+one MLflow child run, with a ``RunConfig`` whose objective is already resolved, so its hash, its
+MLflow params and the run itself all see the same numbers. A :class:`ArrayPlan` is one Ray Tune
+trial: an array of members that train together in one Ray Train run (``trainables.arrays``).
+Plans are frozen and built once; nothing patches them afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from orchestrator.spec.grids import Grid, expand, frozen_mapping
+from trainables.config import RunConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run: one MLflow child, one member of an array."""
+
+    key: str
+    """stable id inside its campaign ('kdmcse/seed-3'); resume skips keys already finished"""
+    cell: str
+    """the table row (or search configuration) it belongs to"""
+    seed: int
+    run: RunConfig
+    """the full, resolved run config"""
+    label: str
+    """how the live view names it ('KDMCSE seed 3')"""
+    run_name: str
+    """the MLflow child run's name ('KDMCSE | seed 3')"""
+    group: str = ""
+    """members of one group are judged together (a search configuration's seeds); '' = none"""
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """setting -> the layer that set it, for every setting that differs from its field default
+    (``trainables.profiles.explain_config``; ``--dry-run --explain`` prints it)"""
+
+    @property
+    def config_hash(self) -> str:
+        return self.run.config_hash()
+
+
+@dataclass(frozen=True)
+class ArrayPlan:
+    """One Tune trial = one array of members trained together in one Ray Train run."""
+
+    campaign: str
+    """the grid or search it belongs to (names its Train runs and tags its MLflow runs)"""
+    members: tuple[RunPlan, ...]
+    storage: str
+    """Ray storage for checkpoints: a folder shared by all nodes, or a URI"""
+    cpus: float
+    """CPUs per Train worker"""
+    gpus: float
+    """GPUs per Train worker (fractions pack arrays on one GPU)"""
+    max_failures: int = 1
+    keep_checkpoints: bool = False
+    halving: tuple[tuple[int, ...], float] | None = None
+    """search only: (rung steps, eta) of the successive halving of member groups in the array"""
+
+    @property
+    def name(self) -> str:
+        """Stable per member set: a resumed array finds its Train run's checkpoints."""
+        blob = json.dumps(sorted((m.key, m.config_hash) for m in self.members))
+        return f"{self.campaign}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+    @property
+    def label(self) -> str:
+        if len(self.members) == 1:
+            return self.members[0].label
+        return f"array {self.name[-6:]} ({len(self.members)} members)"
+
+    def without(self, keys: Iterable[str]) -> ArrayPlan | None:
+        """This trial minus finished members (None when nothing is left to run)."""
+        drop = set(keys)
+        left = tuple(m for m in self.members if m.key not in drop)
+        if not left:
+            return None
+        return self if len(left) == len(self.members) else replace(self, members=left)
+
+
+def plan_runs(grid: Grid, profile: str | None, seeds: Sequence[int] | None = None,
+              cells: Sequence[str] | None = None, seeds_from: str = "grid seeds") -> list[RunPlan]:
+    """Every (cell, seed) of ``grid`` as a run, baseline first, configs built on ``profile``.
+
+    ``cells`` runs a subset (the baseline is always kept: the report compares against it).
+    ``seeds_from`` names where the seeds came from (``--seeds``) in each run's origins.
+    """
+    from trainables.profiles import explain_config
+
+    if cells is not None:
+        unknown = [c for c in cells if c not in [x.name for x in grid.cells]]
+        if unknown:
+            raise ValueError(f"--cells {unknown} not in grid {grid.name!r}; its cells: "
+                             f"{[c.name for c in grid.cells]}")
+    out = []
+    for t in expand(grid, seeds):
+        if cells is not None and t.cell not in cells and t.cell != grid.baseline:
+            continue
+        cell = grid.cell(t.cell)
+        layers = [(f"grid {grid.name} base", grid.base), (f"cell {t.cell}", cell.overrides),
+                  (seeds_from, {"seed": t.overrides["seed"]})]
+        try:
+            cfg, origins = explain_config(profile, layers)
+        except (ValueError, FileNotFoundError) as e:
+            raise ValueError(f"grid {grid.name}, cell {t.cell!r}: {e}") from None
+        out.append(RunPlan(t.key, t.cell, t.seed, cfg, f"{t.cell} seed {t.seed}",
+                           f"{t.cell} | seed {t.seed}", origins=frozen_mapping(origins)))
+    return out
+
+
+def plan_id(kind: str, name: str, members: Sequence[RunPlan], *extra: object) -> str:
+    """Names a campaign: the same members (keys and configs) give the same id, so --resume finds
+    its parent run whatever the packing."""
+    blob = json.dumps([kind, name, [(m.key, m.config_hash) for m in members], *extra], default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def pack(members: Sequence[RunPlan], array_keys: dict[str, str], campaign: str, storage: str,
+         cpus: float, gpus: float, max_failures: int, array_size: int | None, slots: int,
+         keep_checkpoints: bool = False,
+         halving: tuple[tuple[int, ...], float] | None = None) -> list[ArrayPlan]:
+    """Pack members into arrays of compatible members (``array_keys``: member key -> array key).
+
+    ``array_size`` caps the members per array (1: one run per trial, as before arrays); None
+    ('auto') makes as few arrays as the devices allow: about ``slots`` arrays (the trials that fit
+    at once), split over the groups of compatible members in proportion to their size. Members of
+    one ``group`` (a search configuration's seeds) always share an array, so they are judged on
+    the same steps. The packing is deterministic, so a resumed campaign rebuilds the same arrays.
+    """
+    if array_size is not None and array_size < 1:
+        raise ValueError(f"--array-size {array_size} must be >= 1 or 'auto'")
+    compat: dict[str, list[list[RunPlan]]] = {}
+    for unit in _units(members):
+        compat.setdefault(array_keys[unit[0].key], []).append(unit)
+    total = len(members)
+    out: list[ArrayPlan] = []
+    for units in compat.values():
+        n = sum(len(u) for u in units)
+        if array_size is None:
+            arrays = max(1, min(len(units), round(max(1, slots) * n / total)))
+            cap = math.ceil(n / arrays)
+        else:
+            cap = array_size
+        for chunk in _chunks(units, cap):
+            out.append(ArrayPlan(campaign, tuple(chunk), storage, cpus, gpus, max_failures,
+                                 keep_checkpoints, halving))
+    return out
+
+
+def _units(members: Sequence[RunPlan]) -> list[list[RunPlan]]:
+    """Members that must stay together (one group), in plan order; others alone."""
+    units: list[list[RunPlan]] = []
+    where: dict[str, list[RunPlan]] = {}
+    for m in members:
+        if m.group and m.group in where:
+            where[m.group].append(m)
+            continue
+        unit = [m]
+        units.append(unit)
+        if m.group:
+            where[m.group] = unit
+    return units
+
+
+def _chunks(units: list[list[RunPlan]], cap: int) -> list[list[RunPlan]]:
+    """Consecutive units into arrays of at most ``cap`` members (a unit is never split; a unit
+    larger than ``cap`` is an array of its own), as evenly as ``cap`` allows."""
+    n = sum(len(u) for u in units)
+    k = max(1, math.ceil(n / cap))
+    target = n / k
+    out: list[list[RunPlan]] = [[]]
+    for u in units:
+        cur = out[-1]
+        if cur and (len(cur) + len(u) > cap or len(cur) >= target - 1e-9):
+            out.append([])
+        out[-1].extend(u)
+    return [c for c in out if c]

@@ -1,0 +1,114 @@
+"""Checks of grids and searches that need no data: every cell builds a valid run config."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from orchestrator.spec.grids import Grid, check_seeds, slug
+from orchestrator.spec.spaces import SearchSpace, check_choices, params_to_overrides
+
+
+def _demo_build(overrides: Mapping[str, Any]) -> Any:
+    from trainables.profiles import build_config
+
+    return build_config("demo", overrides=dict(overrides))
+
+
+def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_build) -> None:
+    """Every cell builds a valid RunConfig; names, baseline, seeds, published keys and sweep are sane."""
+    where = f"grid {grid.name!r}"
+    names = [c.name for c in grid.cells]
+    if not names:
+        raise ValueError(f"{where} has no cells")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"{where}: duplicate cell names {dup}")
+    slugs = [slug(n) for n in names]
+    if len(set(slugs)) != len(slugs):
+        raise ValueError(f"{where}: cell names {names} collide as trial keys {slugs}; rename one")
+    if grid.baseline not in names:
+        raise ValueError(f"{where}: baseline {grid.baseline!r} is not a cell ({names})")
+    check_seeds(grid.seeds, f"{where}: seeds")
+    if grid.plot not in ("bars", "sweep"):
+        raise ValueError(f"{where}: plot={grid.plot!r}; use 'bars' or 'sweep'")
+    if grid.plot == "sweep":
+        xs = [c.x for c in grid.cells if c.name != grid.baseline or c.x is not None]
+        if any(x is None for x in xs) or len(set(xs)) != len(xs) or not grid.xlabel:
+            raise ValueError(f"{where}: a sweep needs xlabel and a distinct x on every non-baseline cell")
+    for c in grid.cells:
+        merged = {**grid.base, **c.overrides}
+        if "objective.method" not in merged:
+            raise ValueError(f"{where} cell {c.name!r}: overrides must name objective.method")
+        for m, v in c.published.items():
+            if m not in grid.columns or not math.isfinite(v):
+                raise ValueError(f"{where} cell {c.name!r}: published {m}={v} must be finite, keyed by a column {grid.columns}")
+        try:
+            _check_teachers(build({**merged, "seed": grid.seeds[0]}))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where} cell {c.name!r}: {e}") from None
+
+
+def _check_teachers(cfg: Any) -> None:
+    # The loop checks this only when it loads the teachers, i.e. minutes into a run.
+    if cfg is None:  # a custom ``build`` that only checks overrides
+        return
+    n, w = len(cfg.text_teachers), len(cfg.objective.teacher_weights)
+    if cfg.objective.method == "dalr" and n != w:
+        raise ValueError(f"{n} text_teachers but {w} objective.teacher_weights; give one weight per teacher")
+
+
+def validate_space(space: SearchSpace, samples: int = 4,
+                   build: Callable[[Mapping[str, Any]], Any] = _demo_build,
+                   exhaustive: bool = False, profile: str | None = "demo") -> None:
+    """Base, baseline and a few random draws of the space all build valid RunConfigs.
+
+    ``exhaustive``: also every option of every categorical parameter (each forced once, the rest
+    random), so an option that would fail (an unknown teacher) is found before the search, not
+    when TPE happens to sample it.
+    """
+    import optuna
+
+    where = f"search {space.name!r}"
+    if "objective.method" not in space.base or "objective.method" not in space.baseline:
+        raise ValueError(f"{where}: base and baseline must name objective.method")
+    if space.mode not in ("min", "max") or space.num_samples < 1:
+        raise ValueError(f"{where}: mode must be min/max and num_samples >= 1")
+    check_seeds(space.confirm_seeds, f"{where}: confirm_seeds", least=2)
+    build(dict(space.baseline))
+    import warnings
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    choices: dict[str, tuple] = {}
+    seen_with: dict[str, dict[str, Any]] = {}
+    """categorical -> the params of a draw that reached it (a conditional one needs its parents)"""
+
+    def draw(sampler) -> None:
+        t = optuna.create_study(direction="maximize", sampler=sampler).ask()
+        space.define(t)
+        for name, d in t.distributions.items():
+            if isinstance(d, optuna.distributions.CategoricalDistribution):
+                choices[name] = check_choices(name, d.choices)
+                seen_with.setdefault(name, dict(t.params))
+        try:
+            _check_teachers(build(params_to_overrides(space, t.params, profile=profile)))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where} params {t.params}: {e}") from None
+
+    try:
+        for i in range(samples):
+            draw(optuna.samplers.RandomSampler(seed=i))
+        done: set[tuple[str, Any]] = set()
+        while exhaustive:  # until no new (parameter, option) pair turns up
+            todo = [(n, c) for n, cs in choices.items() for c in cs if (n, c) not in done]
+            if not todo:
+                break
+            for n, c in todo:
+                done.add((n, c))
+                fixed = {**seen_with[n], n: c}  # the draw's path to n, so n is asked again
+                draw(optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0)))
+    finally:
+        optuna.logging.set_verbosity(level)

@@ -1,0 +1,132 @@
+"""MLflow going away mid-table: writes land in the journal, replay restores them without duplicates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator import sync
+from orchestrator.tracking.client import TAG, Tracker
+from orchestrator.tracking.journal import PENDING, Journal
+from trainables.mlflow_model import DATA
+
+
+def plan(cell, seed):
+    return {"run_name": f"{cell} | seed {seed}", "key": f"{cell}/seed-{seed}", "grid": "g",
+            "cell": cell, "seed": seed, "config_hash": "h", "run": {"lr": 1e-5}}
+
+
+@pytest.fixture()
+def tracker(tmp_path):
+    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, capsys):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    box = Journal(tracker, tmp_path / "journal.jsonl")
+    a = box.start_child(parent, plan("A", 0))
+    box.log_result(a, {"step": 3, "stsb_dev": 70.0})
+    assert not box.offline and not box.path.exists()
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server gone")
+
+    for name in ("log_result", "start_child", "end", "reopen_child"):
+        monkeypatch.setattr(tracker, name, down)
+    box.log_result(a, {"step": 6, "stsb_dev": 71.0, "final": 1, "test/avg": 75.5})
+    box.end(a, "FINISHED")
+    b = box.start_child(parent, plan("B", 0))
+    assert b == PENDING + "B/seed-0"
+    box.log_result(b, {"step": 6, "final": 1, "test/avg": 74.0})
+    box.set_tag(b, "mmemb.error", "")
+    box.end(b, "FINISHED")
+    assert box.offline and box.kept == 6
+    assert "keeping results in" in capsys.readouterr().err
+    monkeypatch.undo()
+
+    # The server is back: one command uploads everything, the runs end FINISHED, once each.
+    assert sync.main([str(box.path), "--tracking-uri", tracker.uri]) == 0
+    assert not box.path.exists() and box.path.with_suffix(".uploaded").exists()
+    children = {c.data.tags["mmemb.trial"]: c for c in tracker.children(parent)}
+    assert set(children) == {"A/seed-0", "B/seed-0"}
+    assert all(c.info.status == "FINISHED" for c in children.values())
+    assert children["A/seed-0"].data.metrics["test/avg"] == 75.5
+    assert children["B/seed-0"].data.metrics["test/avg"] == 74.0
+    hist = tracker.client.get_metric_history(children["A/seed-0"].info.run_id, "stsb_dev")
+    assert [(m.step, m.value) for m in hist] == [(3, 70.0), (6, 71.0)]
+
+
+def test_replay_reuses_an_unfinished_run_of_the_same_trial(tracker, tmp_path):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    old = tracker.start_child(parent, plan("A", 1))  # left RUNNING by a dead driver
+    box = Journal(tracker, tmp_path / "j.jsonl")
+    box.offline = True
+    h = box.start_child(parent, plan("A", 1))
+    box.end(h, "FINISHED")
+    sync.main([str(box.path), "--tracking-uri", tracker.uri])
+    children = tracker.children(parent)
+    assert [c.info.run_id for c in children] == [old]
+    assert children[0].info.status == "FINISHED"
+
+
+def model_folder(root, name):
+    """What a worker writes for a member: an MLflow model folder around the student folder."""
+    folder = root / name / "model"
+    (folder / DATA).mkdir(parents=True)
+    (folder / "MLmodel").write_text(f"flavors: {{}}  # {name}\n")
+    (folder / DATA / "config.json").write_text(f'{{"name": "{name}"}}')
+    return folder
+
+
+def artifacts(tracker, run_id):
+    def walk(path):
+        for f in tracker.client.list_artifacts(run_id, path):
+            yield from (walk(f.path) if f.is_dir else [f.path])
+
+    return sorted(walk("model"))
+
+
+def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, tmp_path, monkeypatch):
+    parent, _ = tracker.start_parent("t", "table", "p", {}, resume=False)
+    box = Journal(tracker, tmp_path / "journal.jsonl")
+    a = box.start_child(parent, plan("A", 0))
+    online = model_folder(tmp_path, "online")
+    assert box.log_model(a, str(online)) is True and not box.path.exists()
+    assert artifacts(tracker, a) == ["model/MLmodel", f"model/{DATA}/config.json"]
+    assert tracker.client.get_run(a).data.tags[f"{TAG}model"] == f"runs:/{a}/model"
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server gone")
+
+    for name in ("log_model_dir", "start_child", "end"):
+        monkeypatch.setattr(tracker, name, down)
+    late = model_folder(tmp_path, "late")
+    assert box.log_model(a, str(late)) is False  # the upload fails: the folder waits in the journal
+    b = box.start_child(parent, plan("B", 0))
+    pending = model_folder(tmp_path, "pending")
+    assert box.log_model(b, str(pending)) is False  # its run does not exist yet
+    box.end(b, "FINISHED")
+    entries = [json.loads(line) for line in box.path.read_text().splitlines()]
+    assert [e["op"] for e in entries] == ["log_model", "start_child", "log_model", "end"]
+    assert entries[0] == {"op": "log_model", "handle": a, "folder": str(late)}
+    assert entries[2] == {"op": "log_model", "handle": PENDING + "B/seed-0", "folder": str(pending)}
+    monkeypatch.undo()
+
+    assert sync.main([str(box.path), "--tracking-uri", tracker.uri]) == 0
+    children = {c.data.tags["mmemb.trial"]: c.info.run_id for c in tracker.children(parent)}
+    rb = children["B/seed-0"]
+    assert artifacts(tracker, rb) == ["model/MLmodel", f"model/{DATA}/config.json"]
+    assert tracker.client.get_run(rb).data.tags[f"{TAG}model"] == f"runs:/{rb}/model"
+    checkpoint = tracker.client.get_run(rb).data.tags[f"{TAG}checkpoint"]
+    assert checkpoint.endswith(f"/model/{DATA}") and json.loads(
+        (Path(checkpoint) / "config.json").read_text()) == {"name": "pending"}
+    # A's second upload replaced its model with the later folder
+    got = Path(tracker.client.download_artifacts(a, f"model/{DATA}/config.json", str(tmp_path / "dl")))
+    assert json.loads(got.read_text()) == {"name": "late"}
+
+
+def test_sync_refuses_a_missing_journal(tmp_path, capsys):
+    assert sync.main([str(tmp_path / "nope.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
