@@ -309,34 +309,40 @@ def measure(out: Path, steps: int, threads: int, log=print) -> dict[str, Any]:
             sch = self.alive[0].schedule
             kind = sch.kind_at(sch.global_step % sch.steps_per_epoch)
             _reset_peak()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             terms = super().train_step()
             record["steps"].append({"step": self.step, "kind": kind, "s": time.perf_counter() - t,
-                                    "peak_rss": _rss(), "loss": {k: float(v["total"]) for k, v in terms.items()}})
-            log(f"step {self.step} ({kind}): {record['steps'][-1]['s']:.1f} s, peak RSS "
-                f"{record['steps'][-1]['peak_rss'] / 2**30:.2f} GiB")
+                                    "cpu_s": time.process_time() - c, "peak_rss": _rss(),
+                                    "loss": {k: float(v["total"]) for k, v in terms.items()}})
+            log(f"step {self.step} ({kind}): {record['steps'][-1]['s']:.1f} s wall, "
+                f"{record['steps'][-1]['cpu_s']:.1f} s CPU, peak RSS {record['steps'][-1]['peak_rss'] / 2**30:.2f} GiB")
             return terms
 
         def evaluate_dev(self):
             _reset_peak()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             scores = super().evaluate_dev()
-            record["dev_evals"].append({"step": self.step, "s": time.perf_counter() - t, "peak_rss": _rss(),
+            record["dev_evals"].append({"step": self.step, "s": time.perf_counter() - t,
+                                        "cpu_s": time.process_time() - c, "peak_rss": _rss(),
                                         "sentences": sum(len(ids) for ids, _ in self.dev._batches)})
-            log(f"dev evaluation at step {self.step}: {record['dev_evals'][-1]['s']:.1f} s")
+            log(f"dev evaluation at step {self.step}: {record['dev_evals'][-1]['s']:.1f} s wall, "
+                f"{record['dev_evals'][-1]['cpu_s']:.1f} s CPU")
             return scores
 
         def save_state(self, path):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             super().save_state(path)
-            record["checkpoints"].append({"s": time.perf_counter() - t, "bytes": _size(path)})
+            record["checkpoints"].append({"s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                                          "bytes": _size(path)})
 
         def final_metrics(self):
             _reset_peak()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             res = super().final_metrics()
-            record["test_eval"] = {"s": time.perf_counter() - t, "peak_rss": _rss()}
-            log(f"seven-task test evaluation: {record['test_eval']['s']:.1f} s")
+            record["test_eval"] = {"s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                                   "peak_rss": _rss()}
+            log(f"seven-task test evaluation: {record['test_eval']['s']:.1f} s wall, "
+                f"{record['test_eval']['cpu_s']:.1f} s CPU")
             return res
 
     base = _rss("VmRSS")
