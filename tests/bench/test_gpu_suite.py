@@ -85,3 +85,14 @@ def test_report_structure_and_sanity(suite):
     md = out.with_suffix(".md").read_text()
     assert md == r["markdown"] + "\n" and md.count("\n| ours |") == 5 and "**independent**" in md
     assert r["markdown"] in proc.stdout
+
+
+def test_the_cost_estimate_reads_the_report(suite):
+    from orchestrator.analysis.cost import read_measured
+
+    proc, out = suite
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = read_measured(out)
+    rows = {x["members"]: x for x in json.loads(out.read_text())["rows"] if x["loop"] == "ours"}
+    assert m.rates == pytest.approx({k: k * rows[k]["steps_per_s_with_eval"] for k in (5, 20)})
+    assert m.flops_per_member_step == pytest.approx(rows[5]["flops_per_step"] / 5)

@@ -93,3 +93,19 @@ def test_end_to_end_through_the_orchestrator(run):
     assert len(arrays) == 1 and None not in arrays  # the two runs trained as one array
     for r in runs:
         assert math.isfinite(r.data.metrics["test/avg"]) and "best_stsb_dev" in r.data.metrics
+
+
+def test_the_paper_profile_dry_run_prices_table3(run):
+    proc, out = run
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for line in (out / "env.sh").read_text().splitlines():
+        key, value = line.removeprefix("export ").split("=", 1)
+        env[key] = value.strip("'")
+    env["PYTHONPATH"] = str(ROOT)
+    dry = subprocess.run([sys.executable, "-m", "orchestrator.ablate", "--grid", "table3", "--profile", "paper",
+                          "--dry-run"], cwd=out, env=env, capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert "20 runs (4 cells x 5 seeds)" in dry.stdout and "cost: an ESTIMATE" in dry.stdout
+    assert "GPU-hours" in dry.stdout and "g5.xlarge" in dry.stdout and "$" in dry.stdout
+    assert "dry run: everything checked, nothing started" in dry.stdout
