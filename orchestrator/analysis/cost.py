@@ -347,7 +347,7 @@ def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:
     a = est.arrays
     train = sum(x.train_flops for x in a)
     ev = sum(x.eval_flops for x in a)
-    per = "GPU" if est.gpus_per_trial == 1 else "GPUs"
+    per = "GPU" if est.gpus_per_trial <= 1 else "GPUs"
     sizes = sorted({x.members for x in a})
     shape = (f"{len(a)} array{'s' * (len(a) > 1)} of {sizes[0]}" if len(sizes) == 1 else
              f"{len(a)} arrays of {min(sizes)} to {max(sizes)}")
