@@ -241,6 +241,8 @@ class PriceRow:
     nodes: int
     usd: float
     basis: str
+    fit: int | None = None
+    """members that fit one array on this GPU, when the plan's largest array does not (else None)"""
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,15 @@ def array_seconds(members: Sequence[Member], gpu: Gpu, mfu: float, measured: Mea
     return sum(m.steps * train_flops(m) + eval_flops(m) for m in members) / speed
 
 
+def fits(costs: Sequence[ArrayCost], gpu: Gpu, gpus_per_trial: float) -> int | None:
+    """None when every array fits its share of ``gpu`` (estimated memory), else the array size
+    that would (a multi-GPU array holds every member's weights on each GPU: counted whole)."""
+    per_gpu = gpu.memory_gib * 2**30 * USABLE_MEMORY * min(1.0, gpus_per_trial)
+    if max(a.memory_bytes for a in costs) <= per_gpu:
+        return None
+    return max(1, int(per_gpu // max(a.memory_bytes / a.members for a in costs)))
+
+
 def makespan(durations: Sequence[float], lanes: int) -> float:
     """Wall time of jobs on ``lanes`` parallel lanes, each next-longest onto the freest lane."""
     free = [0.0] * max(1, lanes)
@@ -310,10 +321,10 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
     # a fraction g of a GPU runs an array 1/g times slower, g GPUs (DDP) g times faster
     wall = makespan([a.gpu_seconds / gpus_per_trial for a in costs], lanes)
     warnings = []
-    per_gpu = g.memory_gib * 2**30 * USABLE_MEMORY * min(1.0, gpus_per_trial)
     worst = max(costs, key=lambda a: a.memory_bytes)
-    if worst.memory_bytes > per_gpu:
-        fit = max(1, int(per_gpu // max(a.memory_bytes / a.members for a in costs)))
+    fit = fits(costs, g, gpus_per_trial)
+    if fit is not None:
+        per_gpu = g.memory_gib * 2**30 * USABLE_MEMORY * min(1.0, gpus_per_trial)
         where = f"{gpus_per_trial:g} of an {gpu}" if gpus_per_trial < 1 else f"one {gpu}"
         warnings.append(f"an array of {worst.members} needs about {worst.memory_bytes / 2**30:.0f} GiB "
                         f"(estimate), more than the {per_gpu / 2**30:.0f} GiB of {where}: "
@@ -337,7 +348,8 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         nodes = max(1, math.ceil(lanes * gpus_per_trial / inst.gpus - 1e-9))
         usd = w / 3600.0 * (nodes * inst.usd_per_hour + HEAD.usd_per_hour)
         rows.append(PriceRow(inst, sum(secs) / 3600.0, w / 3600.0, nodes, usd,
-                             "measured" if im is not None else f"FLOPs at {mfu:.0%} MFU"))
+                             "measured" if im is not None else f"FLOPs at {mfu:.0%} MFU",
+                             fits(costs, ig, gpus_per_trial)))
     return Estimate(g, gpus_per_trial, lanes, mfu, basis, mine is not None, costs, wall, tuple(rows),
                     tuple(warnings))
 
@@ -372,5 +384,6 @@ def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:
     for r in est.prices:
         i = r.instance
         lines.append(f"    {i.name:14s} {f'{i.gpus}x {i.gpu}':>13s} {i.usd_per_hour:7.2f} {r.gpu_hours:10,.1f} "
-                     f"{r.nodes:6d} {r.wall_hours:8,.1f} {'$' + format(r.usd, ',.0f'):>9s}  {r.basis}")
+                     f"{r.nodes:6d} {r.wall_hours:8,.1f} {'$' + format(r.usd, ',.0f'):>9s}  {r.basis}"
+                     + (f"; these arrays do not fit its GPU: --array-size {r.fit}" if r.fit else ""))
     return "\n".join(lines)

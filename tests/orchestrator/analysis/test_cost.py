@@ -79,7 +79,10 @@ def test_a_paper_table_worked_out_by_hand():
     (warning,) = est.warnings
     fit = int(re.search(r"--array-size (\d+)", warning).group(1))
     assert fit * cost.member_memory_bytes(member()) <= 24 * 2**30 * 0.9 < (fit + 1) * cost.member_memory_bytes(member())
-    assert not cost.estimate(arrays, "H100", 1.0).warnings
+    h100 = cost.estimate(arrays, "H100", 1.0)
+    assert not h100.warnings and h100.prices[0].fit == fit  # the g5 rows still say it
+    assert "do not fit its GPU: --array-size" in cost.format_estimate(h100)
+    assert next(r for r in h100.prices if r.instance.name == "p4d.24xlarge").fit is None  # 40 GB
 
 
 def test_packing_and_concurrency():
