@@ -252,8 +252,8 @@ def independence(bc: BenchConfig, ws, data, steps: int, log: Callable[[str], Non
     log(f"independence: {verdict}")
     return {"member": {"method": method, "seed": seed, "position_in_array": UNDER_TEST},
             "array_of_5": mix5, "steps": steps, "precision": precision,
-            "tolerance": {"loss": f"|array - alone| <= {tol['rtol']:g} * |alone| + {tol['atol']:g} "
-                          "per loss term per step", "dev_points": tol["dev"], **tol},
+            "tolerance": {"loss": "|array - alone| <= " + (f"{tol['rtol']:g} * |alone| + " if tol["rtol"] else "")
+                          + f"{tol['atol']:g} per loss term per step", "dev_points": tol["dev"], **tol},
             "comparisons": out, "dev_alone": runs["alone"][1],
             "loss_terms": sorted(runs["alone"][0][0]),
             "curves": {k: [c["total"] for c in v[0]] for k, v in runs.items()},
