@@ -366,7 +366,99 @@ def measure(out: Path, steps: int, threads: int, log=print) -> dict[str, Any]:
             "finals": finals, "reports": reports}
 
 
+# ------------------------------------------------------------------------------ report
+def environment() -> dict[str, Any]:
+    """What the figures depend on: git commit, versions, CPUs, load."""
+    import platform
+
+    import torch
+    import transformers
+
+    git = ""
+    with contextlib.suppress(OSError):  # no git binary or no .git on a copied tree
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=ROOT, check=False).stdout.strip()
+    return {"git": git or None, "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "cpus": os.cpu_count(),
+            "loadavg_1m": os.getloadavg()[0]}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _timed(x: dict[str, Any]) -> str:
+    return f"{x['s']:.1f} s wall, {x['cpu_s']:.1f} s CPU"
+
+
+def summary(report: dict[str, Any]) -> list[str]:
+    """The figures bench/README.md records, as lines."""
+    out = []
+    g = report.get("generate", {})
+    if g:
+        sz = g["sizes"]
+        out.append(f"data: {sz['text_lines']:,} text lines, {sz['images']:,} images x {sz['captions_per_image']} "
+                   f"captions, {sz['dim']}-d features; student hidden {sz['hidden']}, {sz['layers']} layers; "
+                   + ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in g["bytes"].items())
+                   + (f"; generated in {', '.join(f'{k} {v:.0f} s' for k, v in g['times'].items())}"
+                      if g.get("times") else ""))
+    m = report.get("measure")
+    if m:
+        n = len(m["members"])
+        d = m["data"]
+        out.append(f"measure: an array of {n} ({', '.join(m['members'])}), {m['threads']} torch thread(s); "
+                   f"built in {m['build_s']:.1f} s, RSS {_gib(m['rss_before_build'])} before, "
+                   f"{_gib(m['rss_after_build'])} after")
+        for st in m["steps"]:
+            out.append(f"  step {st['step']} ({st['kind']}): {_timed(st)}, peak RSS {_gib(st['peak_rss'])}")
+        out.append(f"  peak RSS while training {_gib(m['peak_rss_training'])}: "
+                   f"{_gib(m['peak_per_member_training'])} per member above the process before the build")
+        for ev in m["dev_evals"]:
+            out.append(f"  dev evaluation (STS-B dev, {ev['sentences']:,} sentences, every member): {_timed(ev)}, "
+                       f"peak RSS {_gib(ev['peak_rss'])}")
+        for ck in m["checkpoints"]:
+            out.append(f"  checkpoint: {_timed(ck)}, {ck['bytes'] / 2**20:,.0f} MiB")
+        if "test_eval" in m:
+            out.append(f"  seven-task test evaluation (every member): {_timed(m['test_eval'])}, "
+                       f"peak RSS {_gib(m['test_eval']['peak_rss'])}")
+        out.append(f"  schedule at the generated sizes: {d['n_text']:,} text and {d['n_pair']:,} pairs, "
+                   f"{d['steps_per_epoch']:,} steps an epoch, a caption step every {d['paired_sample_step']}, "
+                   f"{d['total_steps_full']:,} steps in all; first steps {d['first_kinds'][:20]} (P caption, t text)")
+        out.append("  steps per epoch (text batches + pair batches; a caption step every paired_sample_step steps, "
+                   "so an epoch holds more caption steps than pair batches), ours against the official code's:")
+        for r in m["schedule"]:
+            if "error" in r:
+                out.append(f"    {r['setting']}: {r['error']}")
+                continue
+            o, u = r["official"], r["ours"]
+            ours = (f"{u['steps_per_epoch']:,} ({u['text_batches']:,} + {u['pair_batches']:,}; a caption step "
+                    f"every {u['paired_sample_step']}, {u['pair_steps_per_epoch']:,} an epoch), "
+                    f"{u['total_steps']:,} in {r['epochs']} epochs")
+            if o is None:
+                out.append(f"    {r['setting']}: {ours}")
+            else:
+                same = all(u[k] == v for k, v in o.items())
+                out.append(f"    {r['setting']} (batch {r['batch_size']}): ours {ours}; official "
+                           f"{o['steps_per_epoch']:,}, {o['total_steps']:,}: {'the same' if same else 'DIFFERENT'}")
+        for key, f in m.get("finals", {}).items():
+            out.append(f"  {key}: {f['steps']} steps, test avg {f['test/avg']:.2f} (random weights: meaningless)")
+    e = report.get("e2e")
+    if e:
+        cpu = f", {e['cpu_s']:.0f} s CPU of the processes it waited for" if "cpu_s" in e else ""
+        out.append(f"e2e: exit {e['rc']} after {e['wall_s']:.0f} s wall{cpu}: {e['command']}")
+    return out
+
+
 # ------------------------------------------------------------------------------ end to end
+def _children_cpu() -> float:
+    """CPU seconds of the child processes waited for: the command and the Ray processes it reaped
+    (a lower bound of the whole tree's, as a worker reaped by another process is not counted)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def e2e(out: Path, threads: int, log=print) -> dict[str, Any]:
     """The real command, in its own MLflow store and Ray storage under ``out/e2e``."""
     d = out / "e2e"
@@ -378,13 +470,13 @@ def e2e(out: Path, threads: int, log=print) -> dict[str, Any]:
            "--storage", str(d / "runs")]
     env = {**os.environ, **environment_vars(out), "PYTHONPATH": str(ROOT)}
     log("$ " + " ".join(shlex.quote(c) for c in cmd))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _children_cpu()
     with open(d / "ablate.log", "w") as f:
         rc = subprocess.run(cmd, cwd=d, env=env, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, _children_cpu() - c
     text = (d / "ablate.log").read_text(errors="replace")
-    log(f"end to end: exit {rc} after {wall:.0f} s")
-    return {"command": " ".join(shlex.quote(c) for c in cmd), "rc": rc, "wall_s": wall,
+    log(f"end to end: exit {rc} after {wall:.0f} s wall, {cpu:.0f} s CPU")
+    return {"command": " ".join(shlex.quote(c) for c in cmd), "rc": rc, "wall_s": wall, "cpu_s": cpu,
             "tail": text.splitlines()[-40:], "tracking_uri": f"sqlite:///{d / 'mlflow.db'}"}
 
 
@@ -399,7 +491,12 @@ def main(argv: list[str] | None = None) -> int:
     for f in ("text_lines", "images", "captions_per_image", "dim", "hidden", "layers", "heads"):
         p.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(Sizes(), f))
     p.add_argument("--json", type=Path, default=None, help="default OUT/paper_shapes.json")
+    p.add_argument("--summary", type=Path, default=None, metavar="JSON",
+                   help="print the figures of a report this script wrote, and run nothing")
     a = p.parse_args(argv)
+    if a.summary:
+        print("\n".join(summary(json.loads(a.summary.read_text()))))
+        return 0
     out = a.out.resolve()
     if out == ROOT or ROOT in out.parents:
         p.error(f"--out {out} is inside the repository; generate the data elsewhere (default /tmp/mmemb-paper)")
@@ -413,8 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = Sizes(a.text_lines, a.images, a.captions_per_image, a.dim, a.hidden, a.layers, a.heads)
     command = " ".join(["python", "bench/paper_shapes.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     report: dict[str, Any] = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"),
-                              "loadavg_start": os.getloadavg(), "cpus": os.cpu_count()}
+                              "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(), "env": environment()}
     log = lambda s: print(s, flush=True)  # noqa: E731
+    for key, value in (("command", command), ("date", report["date"]), *report["env"].items()):
+        log(f"# {key:13s} {value}")
     try:
         report["generate"] = generate(out, sizes, a.senteval, a.steps, log)
     except (ValueError, FileNotFoundError) as e:
@@ -427,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     report["loadavg_end"] = os.getloadavg()
     path = a.json or out / "paper_shapes.json"
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print("\n".join(summary(report)))
     print(f"report: {path}")
     return 0 if report.get("e2e", {}).get("rc", 0) == 0 else 1
 

@@ -73,6 +73,11 @@ def test_measured_in_process(run):
         assert {k: r["ours"][k] for k in r["official"]} == r["official"], r["setting"]
     for key, final in m["finals"].items():
         assert math.isfinite(final["test/avg"]) and final["steps"] == 2, key
+    # the figures bench/README.md records are printed, under the environment they depend on
+    assert "# git" in proc.stdout and "# torch" in proc.stdout
+    assert "MCSE wiki+flickr (batch 64): ours 16,091" in proc.stdout and "48,273: the same" in proc.stdout
+    assert "DIFFERENT" not in proc.stdout and "per member above the process" in proc.stdout
+    assert "seven-task test evaluation (every member):" in proc.stdout
 
 
 def test_end_to_end_through_the_orchestrator(run):
@@ -80,7 +85,7 @@ def test_end_to_end_through_the_orchestrator(run):
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads((out / "paper_shapes.json").read_text())
     e = report["e2e"]
-    assert e["rc"] == 0 and "--profile paper" in e["command"]
+    assert e["rc"] == 0 and "--profile paper" in e["command"] and e["cpu_s"] > 0
     import mlflow
 
     client = mlflow.MlflowClient(e["tracking_uri"])
