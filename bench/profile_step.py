@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         ws = make_workspace(Path(tmp), bc)
-        data = SyntheticData(ws, 64 if a.tiny else 768, bc.max_length, device, 0)
+        data = SyntheticData(ws, bc.dims[0], bc.max_length, device, 0, vocab=bc.vocab)
         _student, step, _eval, _ckpt = build_ours(bc, ws, data, a.method, a.batch_size)
         for _ in range(10):
             step(rng.choice(POOL_ROWS, a.batch_size, replace=False))

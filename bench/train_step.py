@@ -23,7 +23,7 @@ tokens/s); "x official" the same against official-style single runs. Evaluation 
 "+eval": 1 / (step + eval / 125), eval = the median of 3 calls after a warm-up call.
 
 Data are synthetic (no files needed): a random-init BERT (base: hidden 768, 12 layers, 12 heads,
-vocab 30522; ``--tiny``: hidden 64, 2 layers, 4 heads) saved to a temp folder with the test
+vocab 30522; ``--tiny``: hidden 64, 2 layers, 4 heads, vocab 1024) saved to a temp folder with the test
 tokenizer of ``trainables.testing``, random token ids (full ``max_length`` rows, no padding),
 random 768-d (tiny: 64-d) CLIP features, random STS-B-sized sentence pairs. DALR's two teachers are
 the same random BERT under the folder names ``simcse`` / ``DiffCSE`` (so ``cls_before_pooler``).
@@ -66,14 +66,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from trainables.arrays import trainer as trainer_mod
-from trainables.config import RunConfig
-from trainables.data import Batch
-from trainables.evaluation import cosine_rows, spearman100
-from trainables.model import Student, StudentConfig
-from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective
-from trainables.teachers import TextTeacher
-from trainables.testing import WORDS, write_bert_tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a fresh clone: python bench/...
+from trainables.arrays import trainer as trainer_mod  # noqa: E402
+from trainables.config import RunConfig  # noqa: E402
+from trainables.data import Batch  # noqa: E402
+from trainables.evaluation import cosine_rows, spearman100  # noqa: E402
+from trainables.model import Student, StudentConfig  # noqa: E402
+from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective  # noqa: E402
+from trainables.teachers import TextTeacher  # noqa: E402
+from trainables.testing import WORDS, write_bert_tokenizer  # noqa: E402
 
 METHODS = ("mcse", "kdmcse", "dalr")
 LOOPS = ("ours", "official")
@@ -95,6 +96,8 @@ class BenchConfig:
     device: str = "cpu"
     tiny: bool = False
     """hidden 64, 2 layers, 4 heads instead of BERT-base"""
+    precision: str = "auto"
+    """our arrays' ``RunConfig.precision``: 'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16', 'fp32'"""
     methods: tuple[str, ...] = METHODS
     """the mix: member i trains methods[i % len(methods)] (one method: an unmixed array)"""
     members: tuple[int | str, ...] = (1, 5, 20)
@@ -125,6 +128,8 @@ class BenchConfig:
         bad = [m for m in self.methods if m not in METHODS] + [x for x in self.loops if x not in LOOPS]
         if bad or not self.methods or not self.loops:
             raise ValueError(f"unknown method/loop {bad}; methods from {METHODS}, loops from {LOOPS}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"precision={self.precision!r}; use auto, bf16 or fp32")
         if self.device not in ("cpu", "cuda") or self.kind not in ("pair", "text"):
             raise ValueError(f"device={self.device!r} kind={self.kind!r}; use cpu|cuda and pair|text")
         if min(self.batch_sizes, default=0) < 2 or max(self.batch_sizes) > POOL_ROWS:
@@ -152,6 +157,17 @@ class BenchConfig:
         """The methods of an array of ``m`` members, in member order."""
         return [self.methods[i % len(self.methods)] for i in range(m)]
 
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """(hidden, layers, heads) of the random student."""
+        return (64, 2, 4) if self.tiny else (768, 12, 12)
+
+    @property
+    def vocab(self) -> int:
+        """bert-base-uncased's 30522; 1024 for the tiny model, whose word embeddings would
+        otherwise be 20x its layers (and dominate its step and its AdamW update)."""
+        return 1024 if self.tiny else 30522
+
 
 # ------------------------------------------------------------------------------ synthetic inputs
 @dataclass
@@ -168,14 +184,15 @@ def _sentences(rng: np.random.Generator, n: int) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=int(rng.integers(4, 21)))) for _ in range(n)]
 
 
-def make_workspace(root: Path, bc: BenchConfig) -> Workspace:
-    """Random BERT folder, two teacher links to it, and synthetic STS-B files."""
+def make_workspace(root: Path, bc: BenchConfig, dims: tuple[int, int, int] | None = None) -> Workspace:
+    """Random BERT folder (``dims`` = (hidden, layers, heads), default ``bc.dims``), two teacher
+    links to it, and synthetic STS-B files."""
     from transformers import BertConfig, BertModel
 
-    h, layers, heads = (64, 2, 4) if bc.tiny else (768, 12, 12)
+    h, layers, heads = dims or bc.dims
     enc = write_bert_tokenizer(root / "encoder")
     torch.manual_seed(bc.seed)
-    BertModel(BertConfig(vocab_size=30522, hidden_size=h, num_hidden_layers=layers,
+    BertModel(BertConfig(vocab_size=bc.vocab, hidden_size=h, num_hidden_layers=layers,
                          num_attention_heads=heads, intermediate_size=4 * h)).save_pretrained(enc)
     teachers = []
     for name in TEACHER_DIRS:
@@ -203,9 +220,9 @@ class SyntheticData:
     teacher_columns: tuple[str, ...] = ()
 
     def __init__(self, ws: Workspace, dim: int, max_length: int, device: torch.device, seed: int,
-                 kind: str = "pair"):
+                 kind: str = "pair", vocab: int = 30522):
         g = torch.Generator().manual_seed(seed)
-        self.ids = torch.randint(5, 30522, (POOL_ROWS, max_length), generator=g)
+        self.ids = torch.randint(5, vocab, (POOL_ROWS, max_length), generator=g)
         self.ids[:, 0], self.ids[:, -1] = 2, 3  # [CLS] ... [SEP] of the test vocabulary
         self.mask = torch.ones_like(self.ids)
         self.image_np = torch.randn(POOL_ROWS, dim, generator=g).numpy()
@@ -229,21 +246,25 @@ class SyntheticData:
 
 # ------------------------------------------------------------------------------ the two loops
 def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str | Sequence[str],
-               bs: int, members: int = 1):
+               bs: int, members: int = 1, seeds: Sequence[int] | None = None):
     """The real ``ArrayTrainer`` (stacked model, heads, teachers, AdamW, DevEvaluator) on synthetic
-    data: ``members`` members whose methods cycle through ``method`` (one name or a mix).
+    data: ``members`` members whose methods cycle through ``method`` (one name or a mix), member
+    i with seed ``seeds[i]`` (default ``bc.seed + i``).
 
     Returns (trainer, step, evaluate, checkpoint); ``step(indices)`` ignores the indices: each
     member draws its batch from its own schedule, as in a real run."""
     mix = [method] if isinstance(method, str) else list(method)
+    seeds = [bc.seed + i for i in range(members)] if seeds is None else list(seeds)
+    if len(seeds) != members:
+        raise ValueError(f"{len(seeds)} seeds for {members} members")
     cfgs = []
     for i in range(members):
         m = mix[i % len(mix)]
         cfgs.append((f"{m}/m{i}", RunConfig(
             objective=ObjectiveConfig(method=m), encoder=str(ws.encoder),
             text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
-            max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=bc.seed + i,
-            final_eval=False).resolved()))
+            max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=seeds[i],
+            precision=bc.precision, final_eval=False).resolved()))
     with mock.patch.object(trainer_mod, "load_data", lambda _cfg: data):
         trainer = trainer_mod.ArrayTrainer(cfgs, device=bc.device)
     if bc.compile:  # in place: state_dict keys and evaluate_dev unchanged
@@ -516,8 +537,8 @@ def run_benchmark(bc: BenchConfig, command: str = "", workdir: Path | None = Non
     rows = report["results"]
     with tempfile.TemporaryDirectory(prefix="bench-train-step-", dir=workdir) as tmp:
         ws = make_workspace(Path(tmp), bc)
-        data = SyntheticData(ws, 64 if bc.tiny else 768, bc.max_length, torch.device(bc.device),
-                             bc.seed, bc.kind)
+        data = SyntheticData(ws, bc.dims[0], bc.max_length, torch.device(bc.device),
+                             bc.seed, bc.kind, bc.vocab)
         once: dict[str, float] = {}
 
         def row(loop: str, methods: list[str], bs: int) -> dict:

@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from orchestrator import cli
-from trainables.checks import SEED
+from trainables.checks import SEED, Number
 from trainables.cli import option
 
 
@@ -32,6 +32,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cells", nargs="+", metavar="CELL",
                    help="run only these cells (and the baseline); a later --resume of more cells "
                         "or seeds extends the same table")
+    p.add_argument("--gpu-type", default=None,
+                   help="--dry-run: the GPU the cost estimate is for (A10G, A100-40GB, A100-80GB, H100, "
+                        "H200; default A10G, the cluster file's). The paper profile always gets one")
+    p.add_argument("--mfu", type=option(Number(lo=0, hi=1, lo_open=True)), default=None,
+                   help="--dry-run: the share of the GPU's bf16 peak assumed where no rate is measured "
+                        "(default 0.25)")
+    p.add_argument("--rates", nargs="+", default=[], metavar="JSON",
+                   help="--dry-run: bench/gpu_suite.py --json reports whose measured rates the cost "
+                        "estimate uses (bench/rates/*.json are read too)")
     p.add_argument("--explain", action="store_true",
                    help="with --dry-run: for every cell, each setting that differs from its "
                         "default, its value and the layer that set it")
@@ -44,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.explain and not args.dry_run:
         p.error("--explain goes with --dry-run")
+    if (args.gpu_type or args.mfu is not None or args.rates) and not args.dry_run:
+        p.error("--gpu-type, --mfu and --rates price a plan: they go with --dry-run")
     if args.list:
         return cli.guarded(_list)
     if not args.grid:
@@ -59,8 +70,16 @@ def _list() -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from orchestrator.analysis.cost import DEFAULT_GPU, DEFAULT_MFU
     from orchestrator.results.report import grid_spec
-    from orchestrator.run.campaign import Campaign, describe, dry_run_arrays, explain, run_table
+    from orchestrator.run.campaign import (
+        Campaign,
+        cost_estimate,
+        describe,
+        dry_run_arrays,
+        explain,
+        run_table,
+    )
     from orchestrator.run.preflight import check_campaign, check_demo_fit
     from orchestrator.spec.grids import check_seeds
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
@@ -98,6 +117,10 @@ def _run(args: argparse.Namespace) -> int:
               f"{len(arrays)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")
         print(describe(arrays))
+        if not prof.get("data.demo") or args.gpu_type or args.rates or args.mfu is not None:
+            print(cost_estimate(arrays, pre.total_steps, opts.gpus_per_trial, opts.max_concurrent,
+                                args.gpu_type or DEFAULT_GPU,
+                                DEFAULT_MFU if args.mfu is None else args.mfu, args.rates))
         if args.explain:
             print(explain(members))
         print("\n".join(f"checked: {line}" for line in pre.checked))

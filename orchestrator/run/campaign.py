@@ -487,6 +487,39 @@ def describe(arrays: Sequence[ArrayPlan]) -> str:
     return "\n".join(lines)
 
 
+RATES_DIR = Path(__file__).resolve().parents[2] / "bench" / "rates"
+"""bench/gpu_suite.py reports kept with the repository: measured rates the cost estimate prefers"""
+
+
+def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_per_trial: float | None,
+                  concurrent: int | None, gpu: str, mfu: float, rates: Sequence[str] = ()) -> str:
+    """The dry run's cost lines (``orchestrator.analysis.cost``) for these arrays, each run's
+    steps from the schedule at its data's real sizes (``preflight.check_data``)."""
+    from transformers import AutoConfig
+
+    from orchestrator.analysis.cost import Encoder, Member, estimate, format_estimate, read_measured
+    from trainables.profiles import resolve_encoder
+
+    if gpus_per_trial == 0:
+        return "cost: no GPU estimate (--gpus-per-trial 0 trains on CPUs)"
+    shapes: dict[str, Encoder] = {}
+
+    def shape(name: str, cache: str) -> Encoder:
+        if name not in shapes:
+            shapes[name] = Encoder.from_config(AutoConfig.from_pretrained(resolve_encoder(name, cache)))
+        return shapes[name]
+
+    members = [[Member(
+        m.run.objective.method, m.run.batch_size, m.run.max_length, steps[m.key], m.run.eval_every,
+        shape(m.run.encoder, m.run.data.cache_dir),
+        tuple(shape(t, m.run.data.cache_dir) for t in m.run.text_teachers)
+        if m.run.objective.method == "dalr" else (), m.run.final_eval) for m in a.members] for a in arrays]
+    files = [*rates, *sorted(str(f) for f in RATES_DIR.glob("*.json"))] if RATES_DIR.is_dir() else list(rates)
+    est = estimate(members, gpu, gpus_per_trial or 1.0, concurrent, mfu,
+                   [read_measured(f) for f in files])
+    return format_estimate(est, assumed_gpus=gpus_per_trial is None)
+
+
 def explain(runs: Sequence[RunPlan]) -> str:
     """``--dry-run --explain``: per cell, every setting that differs from its field default, its
     value and the layer that set it (``trainables.profiles.explain_config``). A cell's runs differ

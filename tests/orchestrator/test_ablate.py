@@ -194,6 +194,24 @@ def test_dry_run_prints_the_arrays_and_starts_nothing(workdir, tmp_path, capsys,
     assert not list(tmp_path.iterdir())  # no store, no runs folder
 
 
+def test_dry_run_prices_the_plan_when_asked(workdir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = ["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--dry-run", "--cells", "KDMCSE"]
+    assert ablate.main(base) == 0
+    assert "cost:" not in capsys.readouterr().out  # the demo profile prices nothing unless asked
+    rc = ablate.main([*base, "--array-size", "5", "--gpu-type", "H100", "--mfu", "0.5"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "cost: an ESTIMATE" in out and "10 runs in 2 arrays of 5 members" in out
+    assert "FLOPs at 50% MFU of the H100's 989 TFLOP/s" in out and re.search(r"on H100: [\d.,]+ GPU-hours", out)
+    assert re.search(r"g5\.xlarge +1x A10G +1\.01 .* \$\d", out)
+    assert ablate.main([*base, "--gpu-type", "V100"]) == 2
+    assert "--gpu-type 'V100' is unknown" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ablate.main(["--grid", "table3", "--gpu-type", "H100"])  # pricing goes with --dry-run
+    assert not list(tmp_path.iterdir())
+
+
 def test_best_student_of_a_cell(workdir, first_run, tmp_path, capsys):
     from orchestrator import best
 

@@ -249,7 +249,8 @@ class ArrayTrainer:
         mask = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
         # Two dropout views of each sentence from one pass: rows 2i and 2i+1 are sentence i.
         ids, mask = ids.repeat_interleave(2, dim=1), mask.repeat_interleave(2, dim=1)
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.amp
+        # On the parameters' device: autocast("cuda") would leave precision=bf16 on CPU in fp32.
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp
                     else contextlib.nullcontext())
         all_terms: list[dict[str, torch.Tensor]] = []
         masked: dict[int, torch.Tensor] = {}

@@ -1,0 +1,389 @@
+"""What a campaign will cost on GPUs: FLOPs, GPU-hours, wall time and on-demand price, estimated.
+
+Pure functions of numbers (an encoder's shape; a run's method, batch, length, steps and
+evaluation cadence), so a dry run can price a plan before anything starts. The rate comes from
+one of two bases, the better one available, and every estimate names it:
+
+- **measured**: a ``bench/gpu_suite.py --json`` report measured on that GPU type (``--rates FILE``,
+  or ``bench/rates/*.json``): its arrays' member-steps per second with the dev evaluation
+  amortised, scaled by FLOPs from the report's shapes (BERT-base, batch 64, 32 tokens) to each
+  run's own;
+- **FLOPs**: each member-step's FLOPs (``train_flops``) at an assumed MFU (``--mfu``, default
+  ``DEFAULT_MFU``) of the GPU's dense bf16 peak (``GPUS``).
+
+FLOPs of one member-step (both dropout views, T = 2 x batch x length tokens): the student's
+forward and backward, 6 N T + 12 n_layers L h T (N: its non-embedding parameters; the second
+term is attention's QK^T and AV); for DALR, each frozen text teacher's forward over the batch,
+2 N_t t + 4 n_layers L h t (t = batch x length), counted at every step (an upper bound: the
+teachers run on caption steps). Evaluations encode each distinct sentence once per member,
+forward only: STS-B dev every ``eval_every`` steps and at the last, and the seven STS test sets
+once (``SENTEVAL_SENTENCES``).
+
+Assumptions, printed with every estimate: packed arrays (``--gpus-per-trial`` below 1) and
+multi-GPU arrays (above 1) keep one GPU's rate per GPU (neither packing's gain nor DDP's
+communication is modelled); the arrays run all at once unless ``--max-concurrent`` caps them,
+longest first; a GPU node is billed for the whole wall time of the campaign, and so is the head.
+Prices: on-demand, us-east-1, approximate, as ``cluster.yaml`` and the README's "What it costs";
+check current pricing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MFU = 0.25
+"""assumed share of the dense bf16 peak an array reaches where nothing is measured (the arrays'
+target at 20 members is 35%; bench/gpu_suite.py measures it)"""
+DEFAULT_GPU = "A10G"
+"""the cluster file's GPU (g5 instances)"""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    peak_tflops: float
+    """dense (no sparsity) bf16 tensor-core peak"""
+    memory_gib: float
+    source: str
+
+
+GPUS: dict[str, Gpu] = {g.name: g for g in (
+    Gpu("A10G", 70.0, 24.0, "NVIDIA publishes no A10G sheet; its A10 sheet gives 125, third-party "
+        "comparisons give the A10G 70"),
+    Gpu("A100-40GB", 312.0, 40.0, "NVIDIA A100 data sheet"),
+    Gpu("A100-80GB", 312.0, 80.0, "NVIDIA A100 data sheet"),
+    Gpu("H100", 989.0, 80.0, "NVIDIA H100 SXM data sheet"),
+    Gpu("H200", 989.0, 141.0, "NVIDIA H200 data sheet"),
+)}
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A cloud machine type of the cluster files, with its on-demand price."""
+
+    name: str
+    gpu: str | None
+    gpus: int
+    usd_per_hour: float
+    role: str
+
+
+INSTANCES: tuple[Instance, ...] = (
+    Instance("m5.2xlarge", None, 0, 0.38, "head"),
+    Instance("g5.xlarge", "A10G", 1, 1.01, "gpu_small"),
+    Instance("g5.12xlarge", "A10G", 4, 5.67, "gpu_large"),
+    Instance("p4d.24xlarge", "A100-40GB", 8, 32.77, "the larger gpu_large cluster.yaml names"),
+)
+"""on-demand, us-east-1, approximate: cluster.yaml's comments and the README's 'What it costs'"""
+HEAD = INSTANCES[0]
+
+SENTEVAL_SENTENCES = {"dev": 2_909, "test": 27_274}
+"""distinct sentences of SentEval's STS data: STS-B dev, and the seven test sets together"""
+EVAL_TOKENS = 16
+"""tokens of an evaluation sentence with [CLS] and [SEP] (the sentences average 11.5 words)"""
+USABLE_MEMORY = 0.9
+"""share of a GPU's memory an array may plan to fill (CUDA context, allocator slack)"""
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """What the FLOP and memory counts need of an encoder's config."""
+
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    vocab: int
+    positions: int = 512
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Encoder:
+        """From a Hugging Face BERT/RoBERTa config (or anything with its attribute names)."""
+        return cls(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+                   cfg.intermediate_size, cfg.vocab_size, getattr(cfg, "max_position_embeddings", 512))
+
+    @property
+    def non_embedding_params(self) -> int:
+        """Per layer: Q, K, V, O (4 h^2 + 4 h), the FFN (2 h i + i + h), two LayerNorms (4 h)."""
+        h, i = self.hidden, self.intermediate
+        return self.layers * (4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h)
+
+    @property
+    def params(self) -> int:
+        """With the word, position and token-type embeddings and their LayerNorm."""
+        return self.non_embedding_params + (self.vocab + self.positions + 2) * self.hidden + 2 * self.hidden
+
+
+@dataclass(frozen=True)
+class Member:
+    """One run as the estimate sees it."""
+
+    method: str
+    batch_size: int
+    max_length: int
+    steps: int
+    eval_every: int
+    encoder: Encoder
+    teachers: tuple[Encoder, ...] = ()
+    """DALR's frozen text teachers"""
+    final_eval: bool = True
+
+
+def forward_flops(enc: Encoder, rows: float, length: int) -> float:
+    """Forward FLOPs of ``rows`` sequences of ``length`` tokens: 2 N a token, plus attention."""
+    tokens = rows * length
+    return 2.0 * enc.non_embedding_params * tokens + 4.0 * enc.layers * length * enc.hidden * tokens
+
+
+def train_flops(m: Member) -> float:
+    """One optimiser step of one member (module docstring)."""
+    e, tokens = m.encoder, 2 * m.batch_size * m.max_length
+    f = 6.0 * e.non_embedding_params * tokens + 12.0 * e.layers * m.max_length * e.hidden * tokens
+    return f + sum(forward_flops(t, m.batch_size, m.max_length) for t in m.teachers)
+
+
+def dev_evaluations(m: Member) -> int:
+    """Every ``eval_every`` steps and at the last step."""
+    return math.ceil(m.steps / m.eval_every)
+
+
+def eval_flops(m: Member) -> float:
+    """All evaluations of one run: its dev evaluations and the final seven-task test."""
+    f = dev_evaluations(m) * forward_flops(m.encoder, SENTEVAL_SENTENCES["dev"], EVAL_TOKENS)
+    return f + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) if m.final_eval else 0.0)
+
+
+def member_memory_bytes(m: Member) -> float:
+    """GPU memory of one member under bf16 autocast: fp32 weights, gradients and two AdamW
+    moments (16 bytes a parameter), the activations kept for the backward (about 34 bytes per
+    hidden unit, token and layer and 5 per attention score, as for bf16 transformer training),
+    the dropout masks (a byte an element) and, for DALR, its teachers' bf16 weights."""
+    e, tokens = m.encoder, 2 * m.batch_size * m.max_length
+    act = e.layers * (34 * tokens * e.hidden + 5 * e.heads * m.max_length * tokens)
+    masks = (1 + 2 * e.layers) * tokens * e.hidden + e.layers * e.heads * m.max_length * tokens
+    return 16.0 * e.params + act + masks + sum(2.0 * t.params for t in m.teachers)
+
+
+# ------------------------------------------------------------------------------ measured rates
+@dataclass(frozen=True)
+class Measured:
+    """A gpu_suite report's arrays on one GPU type."""
+
+    source: str
+    device: str
+    rates: Mapping[int, float]
+    """array size -> member-steps per second, the dev evaluation amortised"""
+    flops_per_member_step: float
+    """the report's FLOPs per member-step (students only, as bench/train_step.py counts them)"""
+    date: str = ""
+
+    def rate(self, members: int) -> float:
+        """Member-steps/s of the measured array size nearest below ``members`` (or the smallest)."""
+        sizes = sorted(self.rates)
+        return self.rates[max([s for s in sizes if s <= members], default=sizes[0])]
+
+
+def gpu_of(device_name: str) -> str | None:
+    """'NVIDIA H100 80GB HBM3' -> 'H100'; None when it is none of ``GPUS``."""
+    name = device_name.upper().replace(" ", "")
+    for key in ("H200", "H100", "A10G"):
+        if key in name:
+            return key
+    if "A100" in name:
+        return "A100-80GB" if "80GB" in name else "A100-40GB"
+    return None
+
+
+def read_measured(path: str | Path) -> Measured:
+    """The arrays of a ``bench/gpu_suite.py --json`` report; one clear error when it is not one."""
+    try:
+        r = json.loads(Path(path).read_text())
+        rows = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] > 1]
+        device = r["env"]["device"]
+        rates = {int(x["members"]): x["members"] * x["steps_per_s_with_eval"] for x in rows}
+        per = sum(x["flops_per_step"] / x["members"] for x in rows) / max(1, len(rows))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--rates {path}: not a report of bench/gpu_suite.py --json "
+                         f"({e.__class__.__name__}: {e}); pass the file that command wrote") from None
+    if not rows:
+        raise ValueError(f"--rates {path}: the report has no array of 2 or more members")
+    return Measured(str(path), device, rates, per, str(r.get("date", "")))
+
+
+def measured_for(gpu: str, reports: Iterable[Measured]) -> Measured | None:
+    """The first report measured on ``gpu``."""
+    return next((m for m in reports if gpu_of(m.device) == gpu), None)
+
+
+# ------------------------------------------------------------------------------ the estimate
+@dataclass(frozen=True)
+class ArrayCost:
+    members: int
+    member_steps: int
+    train_flops: float
+    eval_flops: float
+    dev_evaluations: int
+    gpu_seconds: float
+    """the array's time on one whole GPU"""
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    instance: Instance
+    gpu_hours: float
+    wall_hours: float
+    nodes: int
+    usd: float
+    basis: str
+    fit: int | None = None
+    """members that fit one array on this GPU, when the plan's largest array does not (else None)"""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    gpu: Gpu
+    gpus_per_trial: float
+    concurrent: int
+    mfu: float
+    basis: str
+    measured: bool
+    arrays: tuple[ArrayCost, ...]
+    wall_seconds: float
+    prices: tuple[PriceRow, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(a.gpu_seconds for a in self.arrays) / 3600.0
+
+    @property
+    def runs(self) -> int:
+        return sum(a.members for a in self.arrays)
+
+
+def array_seconds(members: Sequence[Member], gpu: Gpu, mfu: float, measured: Measured | None) -> float:
+    """One array's time on one whole GPU: its member-steps at the measured rate (scaled by FLOPs)
+    and its test evaluations at the same FLOP rate, or everything at ``mfu`` of the peak."""
+    if measured is not None:
+        rate = measured.rate(len(members))  # member-steps/s at the measured shapes
+        flops_per_s = rate * measured.flops_per_member_step
+        return sum(m.steps * train_flops(m) / flops_per_s
+                   + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
+                      if m.final_eval else 0.0) for m in members)
+    speed = gpu.peak_tflops * 1e12 * mfu
+    return sum(m.steps * train_flops(m) + eval_flops(m) for m in members) / speed
+
+
+def fits(costs: Sequence[ArrayCost], gpu: Gpu, gpus_per_trial: float) -> int | None:
+    """None when every array fits its share of ``gpu`` (estimated memory), else the array size
+    that would (a multi-GPU array holds every member's weights on each GPU: counted whole)."""
+    per_gpu = gpu.memory_gib * 2**30 * USABLE_MEMORY * min(1.0, gpus_per_trial)
+    if max(a.memory_bytes for a in costs) <= per_gpu:
+        return None
+    return max(1, int(per_gpu // max(a.memory_bytes / a.members for a in costs)))
+
+
+def makespan(durations: Sequence[float], lanes: int) -> float:
+    """Wall time of jobs on ``lanes`` parallel lanes, each next-longest onto the freest lane."""
+    free = [0.0] * max(1, lanes)
+    for d in sorted(durations, reverse=True):
+        i = min(range(len(free)), key=free.__getitem__)
+        free[i] += d
+    return max(free) if durations else 0.0
+
+
+def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_per_trial: float = 1.0,
+             concurrent: int | None = None, mfu: float = DEFAULT_MFU,
+             measured: Sequence[Measured] = ()) -> Estimate:
+    """GPU-hours, wall time and price of ``arrays`` (each a list of its members) on ``gpu``, with
+    ``gpus_per_trial`` GPUs per array and ``concurrent`` arrays at once (None: all of them)."""
+    if gpu not in GPUS:
+        raise ValueError(f"--gpu-type {gpu!r} is unknown; use one of {', '.join(GPUS)}")
+    if not gpus_per_trial > 0:
+        raise ValueError(f"--gpus-per-trial {gpus_per_trial:g}: a GPU estimate needs GPUs per array > 0")
+    if not 0 < mfu <= 1:
+        raise ValueError(f"--mfu {mfu:g} must lie in (0, 1]")
+    if not arrays or not all(arrays):
+        raise ValueError("nothing to estimate: no array, or an empty one")
+    g = GPUS[gpu]
+    lanes = min(concurrent or len(arrays), len(arrays))
+    mine = measured_for(gpu, measured)
+    costs = tuple(ArrayCost(
+        len(ms), sum(m.steps for m in ms), sum(m.steps * train_flops(m) for m in ms),
+        sum(eval_flops(m) for m in ms), sum(dev_evaluations(m) for m in ms),
+        array_seconds(ms, g, mfu, mine), sum(member_memory_bytes(m) for m in ms)) for ms in arrays)
+    # a fraction g of a GPU runs an array 1/g times slower, g GPUs (DDP) g times faster
+    wall = makespan([a.gpu_seconds / gpus_per_trial for a in costs], lanes)
+    warnings = []
+    worst = max(costs, key=lambda a: a.memory_bytes)
+    fit = fits(costs, g, gpus_per_trial)
+    if fit is not None:
+        per_gpu = g.memory_gib * 2**30 * USABLE_MEMORY * min(1.0, gpus_per_trial)
+        where = f"{gpus_per_trial:g} of an {gpu}" if gpus_per_trial < 1 else f"one {gpu}"
+        warnings.append(f"an array of {worst.members} needs about {worst.memory_bytes / 2**30:.0f} GiB "
+                        f"(estimate), more than the {per_gpu / 2**30:.0f} GiB of {where}: "
+                        f"use --array-size {fit}")
+    if mine is not None:
+        basis = (f"measured on {mine.device} ({mine.source}, {mine.date}): arrays of "
+                 f"{', '.join(map(str, sorted(mine.rates)))} members at "
+                 f"{', '.join(f'{v:.1f}' for _, v in sorted(mine.rates.items()))} member-steps/s with "
+                 "the dev evaluation, scaled by FLOPs to each run's shapes")
+    else:
+        basis = (f"FLOPs at {mfu:.0%} MFU of the {gpu}'s {g.peak_tflops:g} TFLOP/s dense bf16 peak "
+                 f"({g.source}); no measured rate for the {gpu} (bench/gpu_suite.py --json FILE "
+                 "measures one, --rates FILE uses it)")
+    rows = []
+    for inst in INSTANCES:
+        if inst.gpu is None:
+            continue
+        ig, im = GPUS[inst.gpu], measured_for(inst.gpu, measured)
+        secs = [array_seconds(ms, ig, mfu, im) for ms in arrays]
+        w = makespan([s / gpus_per_trial for s in secs], lanes)
+        nodes = max(1, math.ceil(lanes * gpus_per_trial / inst.gpus - 1e-9))
+        usd = w / 3600.0 * (nodes * inst.usd_per_hour + HEAD.usd_per_hour)
+        rows.append(PriceRow(inst, sum(secs) / 3600.0, w / 3600.0, nodes, usd,
+                             "measured" if im is not None else f"FLOPs at {mfu:.0%} MFU",
+                             fits(costs, ig, gpus_per_trial)))
+    return Estimate(g, gpus_per_trial, lanes, mfu, basis, mine is not None, costs, wall, tuple(rows),
+                    tuple(warnings))
+
+
+def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:
+    """The dry run's lines: what the plan trains, its GPU-hours and wall time, the price table."""
+    a = est.arrays
+    train = sum(x.train_flops for x in a)
+    ev = sum(x.eval_flops for x in a)
+    per = "GPU" if est.gpus_per_trial <= 1 else "GPUs"
+    sizes = sorted({x.members for x in a})
+    shape = (f"{len(a)} array{'s' * (len(a) > 1)} of {sizes[0]}" if len(sizes) == 1 else
+             f"{len(a)} arrays of {min(sizes)} to {max(sizes)}")
+    lines = [
+        "cost: an ESTIMATE, not a measurement (basis below; bench/README.md has the figures)",
+        f"  {est.runs} runs in {shape} members, {est.gpus_per_trial:g} {per} per array"
+        f"{' (assumed: --gpus-per-trial not given)' if assumed_gpus else ''}, "
+        f"{est.concurrent} array{'s' * (est.concurrent > 1)} at once",
+        f"  training: {sum(x.member_steps for x in a):,} member-steps (optimiser steps x runs), "
+        f"{train / 1e15:,.0f} PFLOP; evaluation: {sum(x.dev_evaluations for x in a):,} dev evaluations "
+        f"and {est.runs} test evaluations over all runs, {ev / 1e15:,.1f} PFLOP",
+        f"  on {est.gpu.name}: {est.gpu_hours:,.1f} GPU-hours, {est.wall_seconds / 3600:,.1f} h wall",
+        f"  basis: {est.basis}",
+        "  assumed: packed or multi-GPU arrays keep one GPU's rate per GPU; arrays start longest first",
+    ]
+    lines += [f"  warning: {w}" for w in est.warnings]
+    lines.append(f"  on-demand price (us-east-1, approximate, as cluster.yaml; check current pricing): "
+                 f"the GPU nodes the arrays at once need, plus the head ({HEAD.name}, "
+                 f"${HEAD.usd_per_hour:.2f}/h), for the wall time")
+    lines.append(f"    {'instance':14s} {'GPUs':>13s} {'$/h':>7s} {'GPU-hours':>10s} {'nodes':>6s} "
+                 f"{'wall h':>8s} {'price':>9s}  basis")
+    for r in est.prices:
+        i = r.instance
+        lines.append(f"    {i.name:14s} {f'{i.gpus}x {i.gpu}':>13s} {i.usd_per_hour:7.2f} {r.gpu_hours:10,.1f} "
+                     f"{r.nodes:6d} {r.wall_hours:8,.1f} {'$' + format(r.usd, ',.0f'):>9s}  {r.basis}"
+                     + (f"; these arrays do not fit its GPU: --array-size {r.fit}" if r.fit else ""))
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""The cost estimate: parameter and FLOP counts against an independent count (a real BertModel,
+bench/train_step.py's FLOPs), a paper table's steps, GPU-hours, wall time and price worked out by
+hand, a measured rate preferred over FLOPs and named as the basis, packing and concurrency, the
+memory warning, the price table against cluster.yaml, and bad input in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.analysis import cost
+from orchestrator.analysis.cost import Encoder, Member
+from trainables.schedule import count_steps
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE = Encoder(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522)
+
+
+def member(method="mcse", steps=1000, bs=64, teachers=(), **kw) -> Member:
+    return Member(method, bs, 32, steps, 125, kw.pop("encoder", BASE), tuple(teachers), **kw)
+
+
+def test_parameters_match_a_real_bert():
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+                     vocab_size=500, max_position_embeddings=64)
+    model = BertModel(cfg, add_pooling_layer=False)
+    enc = Encoder.from_config(cfg)
+    assert enc.params == sum(p.numel() for p in model.parameters())
+    assert enc.non_embedding_params == sum(p.numel() for p in model.encoder.parameters())
+    assert BASE.non_embedding_params == 85_054_464  # BERT-base's 85.05M
+
+
+def test_train_flops_are_the_benchmarks():
+    spec = importlib.util.spec_from_file_location("bench_train_step_cost", ROOT / "bench" / "train_step.py")
+    ts = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = ts
+    spec.loader.exec_module(ts)
+
+    class Cfg:
+        num_hidden_layers, hidden_size = 12, 768
+
+    assert cost.train_flops(member()) == pytest.approx(ts.encoder_flops(BASE.non_embedding_params, Cfg, 64, 32))
+    # DALR adds its teachers' forward over the batch: 2 N t + 4 n_layers L h t each
+    t = 64 * 32
+    extra = 2 * (2 * BASE.non_embedding_params * t + 4 * 12 * 32 * 768 * t)
+    assert cost.train_flops(member("dalr", teachers=(BASE, BASE))) - cost.train_flops(member()) == pytest.approx(extra)
+
+
+def test_a_paper_table_worked_out_by_hand():
+    steps = count_steps(1_000_000, 145_000, 64, 3).total_steps  # Wiki1M + a Flickr30k-sized store
+    assert steps == 3 * (15_625 + 2_266)
+    arrays = [[member(steps=steps) for _ in range(10)], [member("kdmcse", steps=steps) for _ in range(10)]]
+    est = cost.estimate(arrays, "A10G", 1.0, None, 0.25)
+    per_run = steps * cost.train_flops(member()) + cost.eval_flops(member(steps=steps))
+    assert cost.dev_evaluations(member(steps=steps)) == math.ceil(steps / 125)
+    rate = 70e12 * 0.25
+    assert est.gpu_hours == pytest.approx(20 * per_run / rate / 3600)
+    assert est.wall_seconds == pytest.approx(10 * per_run / rate)  # both arrays at once, one GPU each
+    g5 = next(r for r in est.prices if r.instance.name == "g5.xlarge")
+    assert g5.nodes == 2 and g5.gpu_hours == pytest.approx(est.gpu_hours)
+    assert g5.usd == pytest.approx(est.wall_seconds / 3600 * (2 * 1.01 + 0.38))
+    big = next(r for r in est.prices if r.instance.name == "g5.12xlarge")
+    assert big.nodes == 1 and big.usd == pytest.approx(est.wall_seconds / 3600 * (5.67 + 0.38))
+    a100 = next(r for r in est.prices if r.instance.name == "p4d.24xlarge")
+    assert a100.gpu_hours == pytest.approx(est.gpu_hours * 70 / 312)
+    text = cost.format_estimate(est, assumed_gpus=True)
+    assert "ESTIMATE" in text and "FLOPs at 25% MFU of the A10G's 70 TFLOP/s" in text
+    assert f"on A10G: {est.gpu_hours:,.1f} GPU-hours" in text and "assumed: --gpus-per-trial not given" in text
+    assert re.search(r"g5\.xlarge .* \$\d+", text)
+    # ten BERT-base members do not fit an A10G's 24 GB: the estimate says so, with a size that fits
+    (warning,) = est.warnings
+    fit = int(re.search(r"--array-size (\d+)", warning).group(1))
+    assert fit * cost.member_memory_bytes(member()) <= 24 * 2**30 * 0.9 < (fit + 1) * cost.member_memory_bytes(member())
+    h100 = cost.estimate(arrays, "H100", 1.0)
+    assert not h100.warnings and h100.prices[0].fit == fit  # the g5 rows still say it
+    assert "do not fit its GPU: --array-size" in cost.format_estimate(h100)
+    assert next(r for r in h100.prices if r.instance.name == "p4d.24xlarge").fit is None  # 40 GB
+
+
+def test_packing_and_concurrency():
+    arrays = [[member(steps=1000)] for _ in range(4)]
+    one = cost.estimate(arrays, "H100", 1.0)
+    quarter = cost.estimate(arrays, "H100", 0.25)
+    serial = cost.estimate(arrays, "H100", 1.0, concurrent=1)
+    assert one.gpu_hours == pytest.approx(quarter.gpu_hours) == pytest.approx(serial.gpu_hours)
+    assert quarter.wall_seconds == pytest.approx(4 * one.wall_seconds)  # four arrays share one GPU
+    assert serial.wall_seconds == pytest.approx(4 * one.wall_seconds)
+    assert [r.nodes for r in quarter.prices] == [1, 1, 1] and [r.nodes for r in one.prices] == [4, 1, 1]
+    assert cost.makespan([4, 3, 2, 1], 2) == 5 and cost.makespan([3, 3, 2, 2, 2], 2) == 7  # longest first
+    assert cost.makespan([], 3) == 0.0
+
+
+def test_a_measured_rate_is_preferred_and_named(tmp_path):
+    rows = [{"loop": "ours", "members": m, "steps_per_s_with_eval": sps, "flops_per_step": m * 2e12}
+            for m, sps in ((5, 10.0), (20, 4.0))]
+    rows.append({"loop": "official", "members": 1, "steps_per_s_with_eval": 9.0, "flops_per_step": 2e12})
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps({"env": {"device": "NVIDIA H100 80GB HBM3"}, "date": "2026-12-01", "rows": rows}))
+    m = cost.read_measured(path)
+    assert m.rates == {5: 50.0, 20: 80.0} and cost.gpu_of(m.device) == "H100"
+    assert m.rate(12) == 50.0 and m.rate(40) == 80.0 and m.rate(2) == 50.0
+    arrays = [[member(steps=1000, final_eval=False) for _ in range(20)]]
+    est = cost.estimate(arrays, "H100", measured=[m])
+    f = cost.train_flops(member())
+    assert est.measured and est.arrays[0].gpu_seconds == pytest.approx(20 * 1000 * f / (80.0 * 2e12))
+    assert "measured on NVIDIA H100 80GB HBM3" in est.basis and str(path) in est.basis
+    h100 = [r for r in est.prices if r.basis == "measured"]
+    assert h100 == []  # no H100 instance in the cluster file: its rows stay on FLOPs
+    a10g = cost.estimate(arrays, "A10G", measured=[m])
+    assert not a10g.measured and "no measured rate for the A10G" in a10g.basis
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="not a report of bench/gpu_suite.py --json"):
+        cost.read_measured(bad)
+
+
+def test_gpu_names():
+    assert cost.gpu_of("NVIDIA A10G") == "A10G"
+    assert cost.gpu_of("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert cost.gpu_of("NVIDIA A100-SXM4-40GB") == "A100-40GB"
+    assert cost.gpu_of("NVIDIA H200") == "H200" and cost.gpu_of("AMD EPYC") is None
+
+
+def test_bad_input_is_one_line():
+    arrays = [[member()]]
+    for kw, msg in (({"gpu": "V100"}, "unknown"), ({"gpus_per_trial": 0.0}, "GPUs per array > 0"),
+                    ({"mfu": 1.5}, r"--mfu 1.5 must lie in \(0, 1\]")):
+        with pytest.raises(ValueError, match=msg):
+            cost.estimate(arrays, **kw)
+    with pytest.raises(ValueError, match="nothing to estimate"):
+        cost.estimate([[]])
+
+
+def test_price_table_is_the_cluster_files():
+    import yaml
+
+    text = (ROOT / "cluster.yaml").read_text()
+    nodes = yaml.safe_load(text)["available_node_types"]
+    by_name = {i.name: i for i in cost.INSTANCES}
+    for node in nodes.values():
+        inst = by_name[node["node_config"]["InstanceType"]]
+        assert inst.gpus == node["resources"].get("GPU", 0)
+    for inst in cost.INSTANCES:  # every price is the one the cluster file's comments state
+        assert re.search(rf"{re.escape(inst.name)}\b.*~\${inst.usd_per_hour:.2f}/h", text), inst.name
+    guide = (ROOT / "docs" / "cluster.md").read_text()  # the cluster guide's price table
+    for inst in cost.INSTANCES[:3]:
+        assert f"~${inst.usd_per_hour:.2f}/h" in guide
