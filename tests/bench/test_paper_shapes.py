@@ -85,7 +85,7 @@ def test_end_to_end_through_the_orchestrator(run):
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = json.loads((out / "paper_shapes.json").read_text())
     e = report["e2e"]
-    assert e["rc"] == 0 and "--profile paper" in e["command"] and e["cpu_s"] > 0
+    assert e["rc"] == 0 and "--profile paper" in e["command"]
     import mlflow
 
     client = mlflow.MlflowClient(e["tracking_uri"])

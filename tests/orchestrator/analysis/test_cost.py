@@ -38,6 +38,21 @@ def test_parameters_match_a_real_bert():
     assert BASE.non_embedding_params == 85_054_464  # BERT-base's 85.05M
 
 
+def test_flops_per_member_step_from_a_bert_base_config():
+    from transformers import BertConfig
+
+    enc = Encoder.from_config(BertConfig())  # the defaults are BERT-base's
+    assert enc == BASE
+    tokens = 2 * 64 * 32  # both dropout views of a batch of 64 at 32 tokens
+    by_hand = 6 * 85_054_464 * tokens + 12 * 12 * 32 * 768 * tokens  # 6 N T + attention
+    assert cost.train_flops(member(encoder=enc)) == by_hand == pytest.approx(2.1048e12, rel=1e-4)
+    # steps and evaluations scale a run linearly: 1,000 steps, a dev evaluation every 125 (8)
+    run = member(encoder=enc, steps=1000)
+    assert cost.dev_evaluations(run) == 8
+    assert cost.eval_flops(run) == pytest.approx(
+        8 * cost.forward_flops(enc, 2_909, 16) + cost.forward_flops(enc, 27_274, 16))
+
+
 def test_train_flops_are_the_benchmarks():
     spec = importlib.util.spec_from_file_location("bench_train_step_cost", ROOT / "bench" / "train_step.py")
     ts = importlib.util.module_from_spec(spec)
