@@ -22,7 +22,8 @@ keeps its own weights, optimiser moments, step count, best weights and early sto
 leaves the batch once all its members have stopped. Nothing crosses members, so each fit computes
 what it would alone, in the same order; what can differ is floating-point rounding (a batched
 matrix product instead of one ``addmm``, analytic gradients instead of autograd), about 1e-7
-relative per step. bench/README.md records how the results compare with fitting alone.
+relative per step. bench/README.md records the results on real embeddings fitted both ways
+(identical accuracies).
 """
 
 from __future__ import annotations
@@ -207,8 +208,8 @@ def _correct(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Run torch on one intra-op thread, then restore the caller's setting. The probe's tensors are
-    small: a second thread gains little on an idle machine and, on a shared one, costs several
-    times the run (threads spin waiting for a busy core; bench/README.md has the figures)."""
+    small, and on a shared machine a second thread cost about ten times the CPU (the threads wait
+    for a busy core; bench/README.md has the figures)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
