@@ -29,7 +29,8 @@ REQUIRED_GRIDS = {"kdmcse_table1", "kdmcse_table1_roberta", "kdmcse_table1_coco"
                   "kdmcse_table1_roberta_coco", "kdmcse_table2", "kdmcse_table2_roberta",
                   "kdmcse_table3", "kdmcse_table5", "kdmcse_table5_coco", "kdmcse_fig7",
                   "dalr_table3", "dalr_table8", "dalr_table9", "mcse_table4"}
-ROBERTA_GRIDS = {"kdmcse_table1_roberta", "kdmcse_table1_roberta_coco", "kdmcse_table2_roberta"}
+ROBERTA_GRIDS = {"kdmcse_table1_roberta", "kdmcse_table1_roberta_coco", "kdmcse_table2_roberta",
+                 "dalr_table2_roberta"}
 COCO_GRIDS = {"kdmcse_table1_coco", "kdmcse_table1_roberta_coco", "kdmcse_table5_coco", "dalr_table8"}
 COCO_STORE = "coco_clip_vitl14.parquet"
 
