@@ -49,6 +49,23 @@ def _gather(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return F.embedding(ids + offsets, table.reshape(m * v, h))
 
 
+def check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, n_members: int,
+                 max_length: int) -> tuple[int, int]:
+    """An array's batch is (M, N, L) or (N, L), its mask the same shape, within the position
+    table. -> (N, L). Shared by the stacked and the looped encoder."""
+    if input_ids.dim() not in (2, 3) or attention_mask.shape != input_ids.shape:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
+                         f"{tuple(attention_mask.shape)} must both be (M, N, L) or (N, L)")
+    if input_ids.dim() == 3 and input_ids.shape[0] != n_members:
+        raise ValueError(f"input_ids has {input_ids.shape[0]} member blocks, the array has "
+                         f"{n_members}")
+    n, length = input_ids.shape[-2:]
+    if length > max_length:
+        raise ValueError(f"input length {length} exceeds the position table ({max_length}); "
+                         "truncate the batch to max_length")
+    return n, length
+
+
 class StackedEncoder(nn.Module):
     """M BERT/RoBERTa encoders of one architecture, stacked; see the module docstring.
 
@@ -226,15 +243,7 @@ class StackedEncoder(nn.Module):
         host sync to read the members' lengths).
         """
         m = self.n_members
-        if input_ids.dim() not in (2, 3) or attention_mask.shape != input_ids.shape:
-            raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
-                             f"{tuple(attention_mask.shape)} must both be (M, N, L) or (N, L)")
-        if input_ids.dim() == 3 and input_ids.shape[0] != m:
-            raise ValueError(f"input_ids has {input_ids.shape[0]} member blocks, the array has {m}")
-        n, length = input_ids.shape[-2:]
-        if length > self.max_length:
-            raise ValueError(f"input length {length} exceeds the position table ({self.max_length}); "
-                             "truncate the batch to max_length")
+        n, length = check_inputs(input_ids, attention_mask, m, self.max_length)
         x = self._embed(input_ids)
         masks = None
         if generators is not None:

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.arrays import dropout
-from trainables.arrays.encoder import StackedEncoder
+from trainables.arrays.encoder import StackedEncoder, check_inputs
 from trainables.arrays.hf_layout import stacked_unsupported
 from trainables.model import check_encoder_only, max_positions
 
@@ -168,15 +168,7 @@ class LoopedEncoder(nn.Module):
         its own extent are 0 (never read: they are padding).
         """
         m = self.n_members
-        if input_ids.dim() not in (2, 3) or attention_mask.shape != input_ids.shape:
-            raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
-                             f"{tuple(attention_mask.shape)} must both be (M, N, L) or (N, L)")
-        if input_ids.dim() == 3 and input_ids.shape[0] != m:
-            raise ValueError(f"input_ids has {input_ids.shape[0]} member blocks, the array has {m}")
-        n, length = input_ids.shape[-2:]
-        if length > self.max_length:
-            raise ValueError(f"input length {length} exceeds the position table ({self.max_length}); "
-                             "truncate the batch to max_length")
+        n, length = check_inputs(input_ids, attention_mask, m, self.max_length)
         train = generators is not None
         if train:
             if len(generators) != m:
