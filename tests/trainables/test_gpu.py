@@ -166,7 +166,8 @@ def test_cuda_resume_matches_uninterrupted_and_loads_on_cpu(tiny_bert, cache, tm
     state = torch.load(partial.ckpts[-1] / "state.pt", map_location="cpu", weights_only=False)
     assert state["step"] == 3 and state["alive"] == ["k", "d"]
     assert all(not v.is_cuda for v in state["model"].values())
-    # ... and each exported best student loads there
+    # ... and each exported best student loads there (an MLflow model: needs the project's mlflow)
+    pytest.importorskip("mlflow", reason="exporting an MLflow model needs mlflow installed")
     out = resumed.export_best(tmp_path / "export")
     assert set(out) == {"k", "d"}
     for folder in out.values():

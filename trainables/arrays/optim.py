@@ -68,18 +68,34 @@ class ArrayAdamW:
         return [h.lr * self.lr_factor() for h in self.hyper]
 
     # --- clipping --------------------------------------------------------------------------
-    @torch.no_grad()
-    def member_grad_norms(self) -> torch.Tensor:
-        """(M,) L2 norm of each member's gradients (None grads count as 0)."""
-        dev = self.stacked[0].device if self.stacked else torch.device("cpu")
-        sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
-        for p in self.stacked:
-            if p.grad is not None:
-                sq += p.grad.detach().float().pow(2).flatten(1).sum(1)
+    def _own_grads(self) -> tuple[list[torch.Tensor], list[int]]:
+        """The members' own parameters' gradients in one flat list, and each one's member."""
+        grads, owner = [], []
         for i, ps in enumerate(self.own):
             for p in ps:
                 if p.grad is not None:
-                    sq[i] += p.grad.detach().float().pow(2).sum()
+                    grads.append(p.grad)
+                    owner.append(i)
+        return grads, owner
+
+    @torch.no_grad()
+    def member_grad_norms(self) -> torch.Tensor:
+        """(M,) L2 norm of each member's gradients (None grads count as 0).
+
+        As ``clip_grad_norm_``: the norm of the per-tensor norms, one norm kernel per stacked
+        parameter (all members at once) and one foreach call for the heads, so the host cost does
+        not grow with M times the number of tensors."""
+        dev = self.stacked[0].device if self.stacked else torch.device("cpu")
+        sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
+        norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
+                 for p in self.stacked if p.grad is not None]
+        if norms:
+            sq += torch.stack(norms).pow(2).sum(0)
+        grads, owner = self._own_grads()
+        for group_dev in {g.device for g in grads}:  # heads live with the array; be safe anyway
+            idx = [k for k, g in enumerate(grads) if g.device == group_dev]
+            own = torch.stack(torch._foreach_norm([grads[k].detach().float() for k in idx]))
+            sq.index_add_(0, torch.tensor([owner[k] for k in idx], device=dev), own.to(dev).pow(2))
         return sq.sqrt()
 
     @torch.no_grad()
@@ -91,10 +107,10 @@ class ArrayAdamW:
         for p in self.stacked:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
-        for i, ps in enumerate(self.own):
-            for p in ps:
-                if p.grad is not None:
-                    p.grad.mul_(coef[i].to(p.grad.dtype))
+        grads, owner = self._own_grads()
+        for g, c in zip(grads, coef[torch.tensor(owner, device=coef.device)].unbind() if grads else (),
+                        strict=True):
+            g.mul_(c.to(g.dtype))
         return norms
 
     # --- the update ------------------------------------------------------------------------
@@ -133,21 +149,29 @@ class ArrayAdamW:
         On CPU it is much faster than the single-tensor update over MiniLM's word embeddings
         (bench/README.md, "profile_step.py").
         """
-        groups: dict[tuple[float, float, float], list[int]] = {}
-        for i, h in enumerate(self.hyper):
-            groups.setdefault((lrs[i], h.weight_decay, h.eps), []).append(i)
+        # Runs of neighbouring members with equal (lr, weight decay, eps) update as one slice
+        # p[a:b] (the whole tensor when all agree): the kernel's tensor list, and its host cost,
+        # then grows with the number of runs, not with M.
+        groups: dict[tuple[float, float, float], list[tuple[int, int]]] = {}
+        prev, start = None, 0
+        for i in range(self.n_members + 1):
+            key = (lrs[i], self.hyper[i].weight_decay, self.hyper[i].eps) if i < self.n_members else None
+            if i and key != prev:
+                groups.setdefault(prev, []).append((start, i))
+                start = i
+            prev = key
         b1, b2 = self.betas
-        for (lr, wd, eps), idx in groups.items():
+        for (lr, wd, eps), runs in groups.items():
             by_key: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
-            quads = [(p[i], p.grad[i], m[i], v[i])
+            quads = [(p[a:b], p.grad[a:b], m[a:b], v[a:b])
                      for p, m, v in zip(self.stacked, self.m_st, self.v_st, strict=True)
-                     if p.grad is not None for i in idx]
-            quads += [(p, p.grad, m, v) for i in idx
+                     if p.grad is not None for a, b in runs]
+            quads += [(p, p.grad, m, v) for a, b in runs for i in range(a, b)
                       for p, m, v in zip(self.own[i], self.m_own[i], self.v_own[i], strict=True)
                       if p.grad is not None]
             for p, g, m, v in quads:
                 lists = by_key.setdefault((p.device, p.dtype), [[], [], [], []])
-                for dst, t in zip(lists, (p, g.to(p.dtype), m, v), strict=True):
+                for dst, t in zip(lists, (p, g if g.dtype == p.dtype else g.to(p.dtype), m, v), strict=True):
                     dst.append(t)
             for (dev, _), (ps, gs, ms, vs) in by_key.items():
                 step = torch.tensor(float(self.t), dtype=torch.float32, device=dev)

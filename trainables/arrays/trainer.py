@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
@@ -210,11 +211,15 @@ class ArrayTrainer:
 
     # --- one step -------------------------------------------------------------------------
     def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
-        """One forward per teacher over every member that needs it: j -> (embs, locals)."""
-        groups: dict[int, list[int]] = {}
+        """One forward per teacher over every member that needs it: j -> (embs, locals).
+
+        Members share a forward when they load the same teachers (each member has its own
+        ensemble object, so the key is the teachers', not the ensemble's); teachers are frozen and
+        run without dropout, so a row's output does not depend on the rows beside it."""
+        groups: dict[tuple[int, ...], list[int]] = {}
         for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
             if kind == "pair" and m.teachers is not None and not b.text_teachers:
-                groups.setdefault(id(m.teachers.teachers), []).append(j)
+                groups.setdefault(tuple(id(t) for t in m.teachers.teachers), []).append(j)
         out: dict[int, tuple[tuple, tuple]] = {}
         pad = self.tokenizer.pad_token_id or 0
         for js in groups.values():
@@ -236,11 +241,12 @@ class ArrayTrainer:
         """One optimiser step of every member alive; returns each member's loss terms."""
         step = self.step + 1
         batches: list[tuple[str, Batch]] = []
-        for m in self.alive:
-            st = next(m.schedule)
-            idx = st.indices[self.rank :: self.world]  # DDP: in-batch negatives are per worker
-            batches.append((st.kind, m.data.batch(st.kind, idx, self.tokenize, self.device,
-                                                  teacher_columns=m.teacher_columns)))
+        with record_function("array/batches"):  # phase names for bench/profile_step.py
+            for m in self.alive:
+                st = next(m.schedule)
+                idx = st.indices[self.rank :: self.world]  # DDP: in-batch negatives are per worker
+                batches.append((st.kind, m.data.batch(st.kind, idx, self.tokenize, self.device,
+                                                      teacher_columns=m.teacher_columns)))
         poisoned = maybe_inject(step, [m.record.config_hash for m in self.alive])
         rows = max(b.input_ids.shape[0] for _, b in batches)
         length = max(b.input_ids.shape[1] for _, b in batches)
@@ -252,46 +258,59 @@ class ArrayTrainer:
         # On the parameters' device: autocast("cuda") would leave precision=bf16 on CPU in fp32.
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp
                     else contextlib.nullcontext())
-        all_terms: list[dict[str, torch.Tensor]] = []
-        masked: dict[int, torch.Tensor] = {}
         with autocast:
-            cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
-            z = self.model.mlp(cls)
-            teach = self._teacher_outputs(batches)
-            total = cls.new_zeros(())
-            for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
-                n = b.input_ids.shape[0]
-                out = self.model.heads[j].heads_outputs(
-                    cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
-                    image=b.image if kind == "pair" else None, clip_text=b.clip_text)
-                teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
-                terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
-                f = m.filter
-                if teacher is not None and f is not None:
-                    masked[j] = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
-                if m.record.config_hash in poisoned:
-                    terms["total"] = terms["total"] * float("nan")
-                all_terms.append(terms)
-                total = total + terms["total"]
+            with record_function("array/student"):
+                cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
+                z = self.model.mlp(cls)
+            with record_function("array/teachers"):
+                teach = self._teacher_outputs(batches)
+            with record_function("array/objectives"):
+                all_terms, masked = self._member_terms(batches, cls, z, teach, poisoned)
+            total = sum((t["total"] for t in all_terms), cls.new_zeros(()))
         # Backward is queued before the host reads the finite flags, so the GPU overlaps the wait;
         # a member with a bad loss leaves before any weight changes.
-        total.backward()
+        with record_function("array/backward"):
+            total.backward()
         if self.world > 1:
             self._all_reduce_grads()
-        bad = self._inspect(all_terms, masked, step)
+        with record_function("array/inspect"):
+            bad = self._inspect(all_terms, masked, step)
         if bad:
             self._drop(bad)
             all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
-        if self.alive:
-            self.optimizer.clip()
-            self.optimizer.step()
-        self.optimizer.zero_grad()
+        with record_function("array/optimizer"):
+            if self.alive:
+                self.optimizer.clip()
+                self.optimizer.step()
+            self.optimizer.zero_grad()
         for m, terms in zip(self.alive, all_terms, strict=True):
             m.record.add_terms(terms)
         self.step = step
         # Detached: a caller holding a step's terms must not keep its graph, whose nodes remember
         # the parameters' shapes from before a member left.
         return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
+
+    def _member_terms(self, batches: list[tuple[str, Batch]], cls: torch.Tensor, z: torch.Tensor,
+                      teach: dict[int, tuple[tuple, tuple]], poisoned: set[str],
+                      ) -> tuple[list[dict[str, torch.Tensor]], dict[int, torch.Tensor]]:
+        """Each member's heads and loss terms on its rows of the array's output; the filtered
+        fraction of negatives of each member whose threshold filter saw a caption batch."""
+        all_terms: list[dict[str, torch.Tensor]] = []
+        masked: dict[int, torch.Tensor] = {}
+        for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
+            n = b.input_ids.shape[0]
+            out = self.model.heads[j].heads_outputs(
+                cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
+                image=b.image if kind == "pair" else None, clip_text=b.clip_text)
+            teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
+            terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+            f = m.filter
+            if teacher is not None and f is not None:
+                masked[j] = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
+            if m.record.config_hash in poisoned:
+                terms["total"] = terms["total"] * float("nan")
+            all_terms.append(terms)
+        return all_terms, masked
 
     def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
         embs, local = (b.text_teachers, ()) if computed is None else computed
