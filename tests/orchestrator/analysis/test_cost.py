@@ -168,3 +168,17 @@ def test_price_table_is_the_cluster_files():
     guide = (ROOT / "docs" / "cluster.md").read_text()  # the cluster guide's price table
     for inst in cost.INSTANCES[:3]:
         assert f"~${inst.usd_per_hour:.2f}/h" in guide
+
+
+def test_every_kept_rate_report_reads_and_names_a_known_gpu():
+    """bench/rates/*.json are read by every dry run's estimate: a kept report that does not parse
+    would break them all, and one of an unknown GPU would never be used."""
+    from orchestrator.run.campaign import RATES_DIR
+
+    files = sorted(RATES_DIR.glob("*.json"))
+    if not files:
+        pytest.skip("no measured rates kept in bench/rates")
+    for f in files:
+        m = cost.read_measured(f)
+        assert cost.gpu_of(m.device) is not None, f
+        assert all(r > 0 for r in m.rates.values()) and m.flops_per_member_step > 1e12, f
