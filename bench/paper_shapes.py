@@ -335,10 +335,10 @@ def measure(out: Path, steps: int, threads: int, log=print) -> dict[str, Any]:
             record["checkpoints"].append({"s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
                                           "bytes": _size(path)})
 
-        def final_metrics(self):
+        def final_metrics(self, progress=None):
             _reset_peak()
             t, c = time.perf_counter(), time.process_time()
-            res = super().final_metrics()
+            res = super().final_metrics(progress)
             record["test_eval"] = {"s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
                                    "peak_rss": _rss()}
             log(f"seven-task test evaluation: {record['test_eval']['s']:.1f} s wall, "

@@ -498,17 +498,21 @@ def evaluate_transfer(
     mode: str | ProbeConfig = "full",
     batch_size: int = 128,
     seed: int = SEED,
+    on_task: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, float | str]:
     """Score ``encode`` (list[str] -> 2-D array or tensor) on the transfer tasks, accuracy x 100.
 
     Keys: each task in ``tasks`` (SentEval's test 'acc'), ``<task>/devacc`` (the selection
     accuracy), ``<task>/seconds`` (encoding and probes), ``MRPC/f1``, "avg" (mean accuracy of the
     tasks run: DALR's TR Avg when all seven are run), "devacc_avg", "mode" ('full' or 'fast') and
-    "primary_metric" = "avg".
+    "primary_metric" = "avg". ``on_task(name, i, n)`` hears each task as it starts (i of n, from 1).
     """
     probe = probe_config(mode)
     out: dict[str, Any] = {}
-    for task in _load_all(data_dir, tasks, probe):
+    loaded = _load_all(data_dir, tasks, probe)
+    for i, task in enumerate(loaded, 1):
+        if on_task is not None:
+            on_task(task.name, i, len(loaded))
         t0 = time.perf_counter()
         emb, row = encode_unique(encode, task.sentences(), batch_size)
         if emb.ndim == 3:
@@ -525,13 +529,18 @@ def evaluate_transfer_many(
     mode: str | ProbeConfig = "full",
     batch_size: int = 128,
     seed: int = SEED,
+    on_task: Callable[[str, int, int], None] | None = None,
 ) -> list[dict[str, float | str]]:
     """``evaluate_transfer`` for the M members of an array: ``encode`` returns (M, n, dim), every
     sentence is encoded once for all members, and each member's probes are trained on its own
-    embeddings alone (a member's figures do not depend on its array). One dict per member."""
+    embeddings alone (a member's figures do not depend on its array). One dict per member;
+    ``on_task`` as in ``evaluate_transfer``."""
     probe = probe_config(mode)
     outs: list[dict[str, Any]] | None = None
-    for task in _load_all(data_dir, tasks, probe):
+    loaded = _load_all(data_dir, tasks, probe)
+    for i, task in enumerate(loaded, 1):
+        if on_task is not None:
+            on_task(task.name, i, len(loaded))
         t0 = time.perf_counter()
         emb, row = encode_unique(encode, task.sentences(), batch_size)
         if emb.ndim != 3:

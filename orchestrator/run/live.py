@@ -42,6 +42,8 @@ class ArrayProgress:
     alive: int = 0
     left_steps: int = 0
     """member-steps of the members that left the array: each counts the steps it trained"""
+    evaluating: str | None = None
+    """the final evaluation under way once the steps are done ("transfer SST2 (5/7)")"""
 
     @property
     def done(self) -> int:
@@ -111,9 +113,16 @@ class LiveView(Callback):
             rate = (done - self.first[1]) / (now - self.first[0])
             left = total - done
             eta = (f"ETA {_clock(left / rate)}" if left > 0 else
-                   "ETA: final evaluations" if run + queued else "ETA -")
+                   self._final_evaluations() if run + queued else "ETA -")
         speed = f"{rate:.1f}/s" if rate is not None else "-/s"
         return f"{head} {done}/{total} member-steps ({share}), {speed} | {runs} | {eta}"
+
+    def _final_evaluations(self) -> str:
+        """'ETA: final evaluations', with what each array that said so is evaluating."""
+        doing = [f"{p.label}: {a.evaluating}" for p in self.plans
+                 if (a := self.arrays.get(p.name)) is not None and a.evaluating
+                 and any(m.key not in self.ended for m in p.members)]
+        return "ETA: final evaluations" + (f" ({'; '.join(doing)})" if doing else "")
 
     def line(self, trials, *events: str) -> None:
         self.out("\n".join([self.status(trials), *events]))
@@ -134,6 +143,8 @@ class LiveView(Callback):
             left = sum(1 for m in plan.members if m.key not in self.ended)
             a = self.arrays[plan.name] = ArrayProgress(int(result["total_steps"]), alive=left)
         a.step = max(a.step, int(result.get("step", 0)))
+        if result.get("evaluating"):
+            a.evaluating = str(result["evaluating"])
         if self.first is None:
             self.first = (self.clock(), self.member_steps()[0])
         return a

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from tests.trainables.arrays.test_trainer import Reports, cfg
+from tests.trainables.arrays.harness import Reports, cfg
 from tests.trainables.objectives.references import batch as objective_batch
 from trainables.arrays.trainer import ArrayTrainer
 from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective

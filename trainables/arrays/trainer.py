@@ -59,7 +59,8 @@ from trainables.transfer import evaluate_transfer_many
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
 Progress = Callable[[dict[str, Any]], None]
-"""``progress({"step", "total_steps"})``: where the array stands, for the live view"""
+"""``progress({"step", "total_steps"[, "evaluating"]})``: where the array stands, for the live
+view; ``evaluating`` names the final evaluation under way ("STS", "transfer SST2 (5/7)")"""
 PROGRESS_S = 10.0
 """seconds between two progress calls while the array trains"""
 FINAL_FILE = "final.json"
@@ -470,13 +471,20 @@ class ArrayTrainer:
                 self._eval_and_report(report, workdir, epoch, t0)
         if self._failed_unreported:  # the last members left between evaluations
             report({"step": self.step, "epoch": epoch, "members": self._failures()}, None)
-        return self.final_metrics() if self.cfg.final_eval and self.rank == 0 else {}
+        return self.final_metrics(progress) if self.cfg.final_eval and self.rank == 0 else {}
 
-    def final_metrics(self) -> dict[str, dict[str, Any]]:
+    def final_metrics(self, progress: Progress | None = None) -> dict[str, dict[str, Any]]:
         """Seven STS tasks, average, alignment and uniformity of each member's best weights (and
-        the transfer tasks of the members whose config asks for them)."""
+        the transfer tasks of the members whose config asks for them). ``progress`` hears each
+        evaluation as it starts: the transfer tasks can take an hour on a CPU."""
         if not self.alive:
             return {}
+
+        def tell(what: str) -> None:
+            if progress is not None:
+                progress({"step": self.step, "total_steps": self.total_steps, "evaluating": what})
+
+        tell("STS")
         for j, m in enumerate(self.alive):
             if m.record.best_state is not None:
                 self.model.load_member_state(j, m.record.best_state)
@@ -487,10 +495,11 @@ class ArrayTrainer:
             d = {f"test/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)}
             d.update(best_stsb_dev=m.record.best, best_step=m.record.best_step, steps=self.step)
             out[m.key] = d
-        self._transfer_metrics(out)
+        self._transfer_metrics(out, lambda name, i, n: tell(f"transfer {name} ({i}/{n})"))
         return out
 
-    def _transfer_metrics(self, out: dict[str, dict[str, Any]]) -> None:
+    def _transfer_metrics(self, out: dict[str, dict[str, Any]],
+                          on_task: Callable[[str, int, int], None] | None = None) -> None:
         """SentEval's transfer tasks (``RunConfig.transfer``) of each member's best weights, as
         ``transfer/<task>`` and ``transfer/avg``: sentences encoded once for the array, each
         member's probes trained on its own embeddings alone (``trainables.transfer``)."""
@@ -500,7 +509,8 @@ class ArrayTrainer:
                 todo.setdefault((m.data.transfer_dir, m.cfg.transfer), []).append(j)
         for (folder, mode), idx in todo.items():
             results = evaluate_transfer_many(lambda s, idx=idx: self.encode_many(s)[idx], folder,
-                                             mode=mode, batch_size=self.cfg.eval_batch_size)
+                                             mode=mode, batch_size=self.cfg.eval_batch_size,
+                                             on_task=on_task)
             for j, res in zip(idx, results, strict=True):
                 out[self.alive[j].key].update(
                     {f"transfer/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)})

@@ -102,3 +102,29 @@ def test_an_evaluation_and_the_runs_that_end_are_counted_once():
     view.on_trial_result(0, trials, trials[0], final)
     assert lines[-1].count("  done ") == 9 and "570/570 member-steps (100%)" in lines[-1]
     assert "runs: 9 done, 1 failed, 0 training" in lines[-1]
+
+
+def test_the_final_evaluations_say_what_each_array_evaluates():
+    """Once the steps are done the transfer tasks can take an hour on a CPU: the status line
+    names the evaluation each array is in, and forgets an array whose runs ended."""
+    view, plans, trials, clock, lines = _view()
+    for i in range(2):
+        view.on_trial_result(0, trials, trials[i], {"progress": 1, "step": 0, "total_steps": 60})
+    clock.now += 10
+    for i in range(2):
+        view.on_trial_result(0, trials, trials[i], {"progress": 1, "step": 60, "total_steps": 60})
+    clock.now += LINE_S
+    view.on_step_begin(0, trials)
+    assert lines[-1].endswith("| ETA: final evaluations")
+    view.on_trial_result(0, trials, trials[0], {"progress": 1, "step": 60, "total_steps": 60,
+                                                "evaluating": "transfer SST2 (5/7)"})
+    view.on_trial_result(0, trials, trials[1], {"progress": 1, "step": 60, "total_steps": 60,
+                                                "evaluating": "STS"})
+    clock.now += LINE_S
+    view.on_step_begin(0, trials)
+    assert lines[-1].endswith(f"| ETA: final evaluations ({plans[0].label}: transfer SST2 (5/7); "
+                              f"{plans[1].label}: STS)")
+    final = {"step": 60, "total_steps": 60, "final": 1, "members": [
+        {"key": m.key, "test/avg": 71.0, "best_stsb_dev": 75.0} for m in plans[0].members]}
+    view.on_trial_result(0, trials, trials[0], final)
+    assert lines[-1].splitlines()[0].endswith(f"| ETA: final evaluations ({plans[1].label}: STS)")

@@ -16,12 +16,10 @@ import math
 import pytest
 import torch
 
+from tests.trainables.arrays.harness import TOL, Reports, assert_same_member, cfg, run
 from trainables.arrays.encoder import StackedEncoder
 from trainables.arrays.looped import LoopedEncoder, build_encoder, fallback_note, member_rng
 from trainables.arrays.trainer import ArrayTrainer
-from trainables.profiles import build_config
-
-TOL = 1e-5
 
 
 @pytest.fixture(autouse=True)
@@ -181,50 +179,6 @@ def test_select_keeps_each_members_modules(tiny_mpnet):
 
 
 # ------------------------------------------------------------------------------- the trainer
-def cfg(encoder, cache, method="kdmcse", seed=0, **over):
-    base = {
-        "encoder": str(encoder), "text_teachers": [str(encoder)],
-        "data.cache_dir": str(cache), "data.demo_dim": 32,
-        "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 32, "seed": seed,
-    }
-    if method == "dalr":  # only DALR weighs its teachers
-        base["objective.teacher_weights"] = [1.0]
-    base.update(over)
-    return build_config("demo", method, base)
-
-
-class Reports:
-    def __init__(self):
-        self.metrics, self.ckpts = [], []
-
-    def __call__(self, metrics, ckpt):
-        self.metrics.append(metrics)
-        if ckpt is not None:
-            self.ckpts.append(ckpt)
-
-    def member(self, key):
-        return [{**e, "step": r["step"]} for r in self.metrics for e in r["members"] if e["key"] == key]
-
-
-def run(members, tmp):
-    t = ArrayTrainer(members)
-    reports = Reports()
-    return t, reports, t.fit(reports, tmp)
-
-
-def assert_same_member(a, fa, b, fb, key):
-    ea, eb = a.member(key), b.member(key)
-    assert len(ea) == len(eb) > 0
-    for x, y in zip(ea, eb, strict=True):
-        assert x["step"] == y["step"]
-        for k in x:
-            if k.startswith("loss/") or k in ("stsb_dev", "best_stsb_dev", "lr"):
-                assert y[k] == pytest.approx(x[k], abs=TOL), (k, x["step"])
-    for k, v in fa[key].items():
-        if k.startswith("test/"):
-            assert fb[key][k] == pytest.approx(v, abs=TOL), k
-
-
 def test_fallback_member_alone_equals_it_in_a_looped_array_of_four_and_in_a_mixed_one(
         tiny_distilbert, cache, tmp_path):
     me = cfg(tiny_distilbert, cache, "kdmcse", seed=3)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.trainables.arrays.test_trainer import cfg
+from tests.trainables.arrays.harness import cfg
 from trainables.arrays.trainer import ArrayTrainer
 
 STEPS, RTOL, ATOL = 6, 1e-2, 1e-2

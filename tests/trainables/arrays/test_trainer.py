@@ -17,10 +17,8 @@ import pytest
 import torch
 
 import tests.trainables.plugin_method  # noqa: F401  (registers the plug-in method "auxhead")
+from tests.trainables.arrays.harness import TOL, Reports, assert_same_member, cfg, run
 from trainables.arrays.trainer import ArrayTrainer
-from trainables.profiles import build_config
-
-TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -31,50 +29,6 @@ def cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def one_thread():
     torch.set_num_threads(1)
-
-
-def cfg(tiny_bert, cache, method="kdmcse", seed=0, **over):
-    base = {
-        "encoder": str(tiny_bert), "text_teachers": [str(tiny_bert)],  # DALR's weight: the demo's
-        "data.cache_dir": str(cache), "data.demo_dim": 32,
-        "batch_size": 8, "max_steps": 6, "eval_every": 3, "eval_batch_size": 32, "seed": seed,
-    }
-    base.update(over)
-    return build_config("demo", method, base)
-
-
-class Reports:
-    def __init__(self):
-        self.metrics, self.ckpts = [], []
-
-    def __call__(self, metrics, ckpt):
-        self.metrics.append(metrics)
-        if ckpt is not None:
-            self.ckpts.append(ckpt)
-
-    def member(self, key):
-        """key's entries, in report order, with the report's step."""
-        return [{**e, "step": r["step"]} for r in self.metrics for e in r["members"] if e["key"] == key]
-
-
-def run(members, tmp, **kw):
-    t = ArrayTrainer(members, **kw)
-    reports = Reports()
-    final = t.fit(reports, tmp)
-    return t, reports, final
-
-
-def assert_same_member(a: Reports, fa: dict, b: Reports, fb: dict, key_a: str, key_b: str):
-    ea, eb = a.member(key_a), b.member(key_b)
-    assert len(ea) == len(eb) > 0
-    for x, y in zip(ea, eb, strict=True):
-        assert x["step"] == y["step"]
-        for k in x:
-            if k.startswith("loss/") or k in ("stsb_dev", "best_stsb_dev", "lr"):
-                assert y[k] == pytest.approx(x[k], abs=TOL), (k, x["step"])
-    for k, v in fa[key_a].items():
-        if k.startswith("test/"):
-            assert fb[key_b][k] == pytest.approx(v, abs=TOL), k
 
 
 def test_member_alone_equals_member_in_array_of_five_and_in_a_mixed_array(tiny_bert, cache, tmp_path):
@@ -383,3 +337,17 @@ def test_transfer_tasks_of_a_member_do_not_depend_on_its_array(tiny_bert, cache,
         assert 0.0 <= alone["me"][k] <= 100.0 and three["me"][k] == pytest.approx(alone["me"][k], abs=TOL), k
     assert not any(k.startswith("transfer/") for k in three["off"])  # transfer is per member
     assert any(three["o"][k] != three["me"][k] for k in keys)  # other embeddings, other probes
+
+
+def test_the_final_evaluation_tells_progress_what_it_evaluates(tiny_bert, cache, tmp_path):
+    """The live view's source once the steps are done: STS, then each transfer task in turn."""
+    from trainables.testing import write_transfer_data
+
+    senteval = write_transfer_data(tmp_path / "senteval", n=14)
+    heard = []
+    t = ArrayTrainer([("m", cfg(tiny_bert, cache, "mcse", transfer="fast", **{"data.senteval": str(senteval)}))])
+    t.fit(Reports(), tmp_path / "run", progress=heard.append)
+    said = [h["evaluating"] for h in heard if "evaluating" in h]
+    tasks = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+    assert said == ["STS"] + [f"transfer {n} ({i}/7)" for i, n in enumerate(tasks, 1)]
+    assert all(h["step"] == h["total_steps"] == t.total_steps for h in heard if "evaluating" in h)
