@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -484,11 +484,17 @@ def _finish(out: dict[str, Any], tasks: Sequence[str], probe: ProbeConfig) -> di
     return out
 
 
-def _load_all(data_dir: str | Path, tasks: Sequence[str], probe: ProbeConfig) -> list[TransferTask]:
+def _load_all(data_dir: str | Path, tasks: Sequence[str], probe: ProbeConfig,
+              on_task: Callable[[str, int, int], None] | None = None) -> Iterator[TransferTask]:
+    """Every task loaded and validated before any is encoded; then each in turn, ``on_task``
+    told as it starts."""
     loaded = [load_task(data_dir, t) for t in _check_tasks(tasks)]
-    for task in loaded:  # everything validated before anything is encoded
+    for task in loaded:
         _check_sizes(task, probe)
-    return loaded
+    for i, task in enumerate(loaded, 1):
+        if on_task is not None:
+            on_task(task.name, i, len(loaded))
+        yield task
 
 
 def evaluate_transfer(
@@ -509,10 +515,7 @@ def evaluate_transfer(
     """
     probe = probe_config(mode)
     out: dict[str, Any] = {}
-    loaded = _load_all(data_dir, tasks, probe)
-    for i, task in enumerate(loaded, 1):
-        if on_task is not None:
-            on_task(task.name, i, len(loaded))
+    for task in _load_all(data_dir, tasks, probe, on_task):
         t0 = time.perf_counter()
         emb, row = encode_unique(encode, task.sentences(), batch_size)
         if emb.ndim == 3:
@@ -537,10 +540,7 @@ def evaluate_transfer_many(
     ``on_task`` as in ``evaluate_transfer``."""
     probe = probe_config(mode)
     outs: list[dict[str, Any]] | None = None
-    loaded = _load_all(data_dir, tasks, probe)
-    for i, task in enumerate(loaded, 1):
-        if on_task is not None:
-            on_task(task.name, i, len(loaded))
+    for task in _load_all(data_dir, tasks, probe, on_task):
         t0 = time.perf_counter()
         emb, row = encode_unique(encode, task.sentences(), batch_size)
         if emb.ndim != 3:
