@@ -109,32 +109,30 @@ def _from_file(path: str, attr: str) -> Any:
     return _typed(getattr(mod, attr), attr, str(p))
 
 
+def _load(name: str, attr: str, kind: str, stem: str, validate: Callable[[Any], None]) -> Any:
+    """``attr`` of a Python file, or the ``kind`` entry ``stem`` of ``search_spaces/``, checked
+    by ``validate`` the same way either way; a failure names the file."""
+    py = name.endswith(".py")
+    entry = _from_file(name, attr) if py else _entry(name, kind)
+    try:
+        validate(entry)
+    except ValueError as e:
+        raise ValueError(f"{name if py else f'{PACKAGE}/{stem}.py'}: {e}; fix that file") from None
+    return entry
+
+
 def load_grid(name: str) -> Grid:
-    """A grid of ``search_spaces/`` by name (or alias), or ``GRID`` of a Python file, checked
-    (``validate_grid``) the same way either way."""
+    """A grid of ``search_spaces/`` by name (or alias), or ``GRID`` of a Python file."""
     from orchestrator.spec.validate import validate_grid
 
-    grid = _from_file(name, "GRID") if name.endswith(".py") else _entry(name, "grid")
-    where = name if name.endswith(".py") else f"{PACKAGE}/{ALIASES.get(name, name)}.py"
-    try:
-        validate_grid(grid)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}; fix that file") from None
-    return grid
+    return _load(name, "GRID", "grid", ALIASES.get(name, name), validate_grid)
 
 
 def load_space(name: str) -> SearchSpace:
-    """A search of ``search_spaces/`` by name, or ``SPACE`` of a Python file, checked
-    (``validate_space``) the same way either way."""
+    """A search of ``search_spaces/`` by name, or ``SPACE`` of a Python file."""
     from orchestrator.spec.validate import validate_space
 
-    space = _from_file(name, "SPACE") if name.endswith(".py") else _entry(name, "search")
-    where = name if name.endswith(".py") else f"{PACKAGE}/{name}.py"
-    try:
-        validate_space(space)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}; fix that file") from None
-    return space
+    return _load(name, "SPACE", "search", name, validate_space)
 
 
 def list_text(grids: bool = True, spaces: bool = True,
