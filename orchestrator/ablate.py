@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         check_demo_fit(grid, args.cells)
     members = plan_runs(grid, opts.profile, args.seeds, args.cells,
                         seeds_from="--seeds" if args.seeds else f"grid {grid.name} seeds")
-    pre = check_campaign(members, opts, [seeds_checked])  # everything, before Ray or MLflow
+    pre = check_campaign(members, opts, [seeds_checked], dry_run=args.dry_run)  # before Ray or MLflow
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
@@ -126,6 +126,10 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(f"checked: {line}" for line in pre.checked))
         if grid.transfer and not spec["transfer_mode"]:
             print(f"transfer tasks (TR) {spec['transfer_note']}")
+        if pre.not_here:  # listed and priced above; the refusal a real run would meet here
+            print(f"error: this plan does not run here (listed and priced above, nothing "
+                  f"started): {pre.not_here}", file=sys.stderr)
+            return 2
         print("dry run: everything checked, nothing started")
         return 0
     return run_table(campaign, opts, array_keys)

@@ -52,6 +52,9 @@ class DataCheck:
     """what was checked, one line each (``--dry-run`` prints them)"""
     warnings: tuple[str, ...] = field(default=())
     """what is allowed but should be said up front (printed as ``warning:`` lines)"""
+    not_here: str | None = None
+    """a dry run's resource refusal: the plan does not fit this machine (it is still listed and
+    priced, then the dry run exits non-zero with this line)"""
 
 
 def check_storage(storage: str) -> str:
@@ -231,10 +234,12 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
 
 
 def check_campaign(members: Sequence[RunPlan], opts: Options,
-                   checked: Sequence[str] = ()) -> DataCheck:
+                   checked: Sequence[str] = (), dry_run: bool = False) -> DataCheck:
     """Everything a table or search needs, before Ray or MLflow: refuses in one line, prints the
     warnings up front, returns what was checked. ``checked``: what the caller has already checked
-    (a table's seeds, before its members could be built), listed first."""
+    (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
+    big for this machine is not refused here but returned as ``not_here``, so that a laptop can
+    list and price a GPU plan."""
     from orchestrator.tracking.client import check_tracking_uri, default_tracking_uri
 
     lines = list(checked)
@@ -245,10 +250,18 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     check_tracking_uri(uri, "--tracking-uri" if opts.tracking_uri else "the default tracking store")
     lines.append(f"tracking {uri}: scheme known, store reachable or creatable")
     lines.append(check_storage(opts.storage))
-    lines.append(check_resources(opts, members))
+    not_here = None
+    try:
+        lines.append(check_resources(opts, members))
+    except ValueError as e:
+        if not dry_run:
+            raise
+        not_here = str(e)
+        lines.append("resources: do NOT fit this machine (below)")
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
     data = check_data(members)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
-    return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings)
+    return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings,
+                     not_here)

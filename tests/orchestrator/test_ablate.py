@@ -212,6 +212,33 @@ def test_dry_run_prices_the_plan_when_asked(workdir, tmp_path, capsys, monkeypat
     assert not list(tmp_path.iterdir())
 
 
+
+def test_a_dry_run_prices_a_gpu_plan_on_a_machine_without_one(workdir, tmp_path, capsys, monkeypatch):
+    """Planning a GPU table on a laptop: the arrays and the estimate print, then the refusal a real
+    run would meet here, and a non-zero exit."""
+    from orchestrator.run import preflight
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(preflight, "local_resources", lambda: {"CPU": 2.0, "GPU": 0.0})
+    base = ["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--cells", "KDMCSE",
+            "--gpus-per-trial", "1", "--gpu-type", "H100"]
+    rc = ablate.main([*base, "--dry-run"])
+    cap = capsys.readouterr()
+    assert rc == 2, cap.out + cap.err
+    assert "1 GPU per array" in cap.out and re.search(r"on H100: [\d.,]+ GPU-hours", cap.out)
+    assert "checked: resources: do NOT fit this machine (below)" in cap.out
+    assert "dry run: everything checked" not in cap.out
+    assert cap.err.strip().splitlines()[-1] == (
+        "error: this plan does not run here (listed and priced above, nothing started): "
+        "--gpus-per-trial 1 but this machine has 0 GPUs; lower it, use 0 for CPU runs, or join a "
+        "GPU cluster with --address")
+    assert not list(tmp_path.iterdir())
+    # a real run is refused before anything starts, as before
+    assert ablate.main(base[:-2]) == 2
+    assert "--gpus-per-trial 1 but this machine has 0 GPUs" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_best_student_of_a_cell(workdir, first_run, tmp_path, capsys):
     from orchestrator import best
 
