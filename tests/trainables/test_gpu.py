@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from tests.trainables.arrays.harness import Reports, cfg
+from tests.trainables.arrays.harness import Reports, cfg, kill_and_resume
 from tests.trainables.objectives.references import batch as objective_batch
 from trainables.arrays.trainer import ArrayTrainer
 from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
@@ -133,29 +133,9 @@ def test_cuda_resume_matches_uninterrupted_and_loads_on_cpu(tiny_bert, cache, tm
     ref_reports = Reports()
     ref_final = ref.fit(ref_reports, tmp_path / "ref")
 
-    class Killed(Exception):
-        pass
-
-    orig = ArrayTrainer.train_step
-
-    def dying_step(self):
-        if self.step + 1 == 5:
-            raise Killed
-        return orig(self)
-
-    t = ArrayTrainer(members, device="cuda")
-    partial = Reports()
-    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
-    with pytest.raises(Killed):
-        t.fit(partial, tmp_path / "killed")
-    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
-    resumed = ArrayTrainer(members, device="cuda")
-    resumed.load_state(partial.ckpts[-1])
-    assert resumed.step == 3
-    rest = Reports()
-    final = resumed.fit(rest, tmp_path / "resumed")
-    both = Reports()
-    both.metrics = partial.metrics + rest.metrics
+    r = kill_and_resume(members, 5, tmp_path, monkeypatch, device="cuda")
+    assert r.start == 3
+    partial, both, final, resumed = r.partial, r.reports, r.final, r.trainer
     for key, _ in members:
         got = [e["loss/total"] for e in both.member(key)]
         want = [e["loss/total"] for e in ref_reports.member(key)]

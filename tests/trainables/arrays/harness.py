@@ -1,7 +1,10 @@
 """What the array tests share: a member's config on the demo profile at test sizes, the reports an
-array sends, an array run to its end, and the check that a member trained the same in two runs."""
+array sends, an array run to its end, the check that a member trained the same in two runs, and
+an array killed mid-run and resumed from its checkpoint."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 
@@ -62,3 +65,47 @@ def assert_same_member(a: Reports, fa: dict, b: Reports, fb: dict, key_a: str, k
     for k, v in fa[key_a].items():
         if k.startswith("test/"):
             assert fb[key_b][k] == pytest.approx(v, abs=TOL), k
+
+
+class Killed(Exception):
+    """Raised inside a training step: the array's process dies there."""
+
+
+@dataclass
+class Resumed:
+    partial: Reports
+    """what the killed array reported before it died"""
+    trainer: ArrayTrainer
+    """the fresh array that resumed from the last checkpoint and trained to the end"""
+    start: int
+    """the step it resumed from (0: no checkpoint yet, it started over)"""
+    reports: Reports
+    """every report of both, in order: what one uninterrupted array would have sent"""
+    final: dict
+
+
+def kill_and_resume(members, kill_at: int, tmp, monkeypatch, **kw) -> Resumed:
+    """Train ``members`` until step ``kill_at`` raises, then resume a fresh array from the last
+    checkpoint written (if any) and train it to the end, as a restarted worker does."""
+    orig = ArrayTrainer.train_step
+
+    def dying_step(self):
+        if self.step + 1 == kill_at:
+            raise Killed
+        return orig(self)
+
+    t = ArrayTrainer(members, **kw)
+    partial = Reports()
+    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
+    with pytest.raises(Killed):
+        t.fit(partial, tmp / "killed")
+    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
+    resumed = ArrayTrainer(members, **kw)
+    if partial.ckpts:
+        resumed.load_state(partial.ckpts[-1])
+    start = resumed.step
+    rest = Reports()
+    final = resumed.fit(rest, tmp / "resumed")
+    both = Reports()
+    both.metrics = partial.metrics + rest.metrics
+    return Resumed(partial, resumed, start, both, final)

@@ -16,10 +16,15 @@ import math
 import pytest
 import torch
 
-from tests.trainables.arrays.harness import TOL, Reports, assert_same_member, cfg, run
+from tests.trainables.arrays.harness import (
+    TOL,
+    assert_same_member,
+    cfg,
+    kill_and_resume,
+    run,
+)
 from trainables.arrays.encoder import StackedEncoder
 from trainables.arrays.looped import LoopedEncoder, build_encoder, fallback_note, member_rng
-from trainables.arrays.trainer import ArrayTrainer
 
 
 @pytest.fixture(autouse=True)
@@ -223,28 +228,9 @@ def test_fallback_student_trains_evaluates_checkpoints_resumes_and_exports(
     printed = [line for line in capsys.readouterr().out.splitlines() if "not expressible" in line]
     assert printed == [ref.note]  # once per array, not per member
 
-    class Killed(Exception):
-        pass
-
-    orig = ArrayTrainer.train_step
-
-    def dying_step(self):
-        if self.step + 1 == 5:
-            raise Killed
-        return orig(self)
-
-    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
-    partial = Reports()
-    with pytest.raises(Killed):
-        ArrayTrainer(members).fit(partial, tmp_path / "killed")
-    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
-    assert (partial.ckpts[-1] / "state.pt").is_file()
-    resumed = ArrayTrainer(members)
-    resumed.load_state(partial.ckpts[-1])
-    rest = Reports()
-    final = resumed.fit(rest, tmp_path / "resumed")
-    both = Reports()
-    both.metrics = partial.metrics + rest.metrics
+    r = kill_and_resume(members, 5, tmp_path, monkeypatch)
+    assert (r.partial.ckpts[-1] / "state.pt").is_file() and r.start == 3
+    both, final, resumed = r.reports, r.final, r.trainer
     for key in ("k", "m"):
         assert [e["loss/total"] for e in both.member(key)] == \
             [e["loss/total"] for e in ref_reports.member(key)]

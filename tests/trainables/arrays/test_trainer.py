@@ -17,7 +17,14 @@ import pytest
 import torch
 
 import tests.trainables.plugin_method  # noqa: F401  (registers the plug-in method "auxhead")
-from tests.trainables.arrays.harness import TOL, Reports, assert_same_member, cfg, run
+from tests.trainables.arrays.harness import (
+    TOL,
+    Reports,
+    assert_same_member,
+    cfg,
+    kill_and_resume,
+    run,
+)
 from trainables.arrays.trainer import ArrayTrainer
 
 
@@ -134,29 +141,8 @@ def test_resume_after_kill_matches_uninterrupted(kill_at, tiny_bert, cache, tmp_
     members = [("d", cfg(tiny_bert, cache, "dalr")), ("k", cfg(tiny_bert, cache, "kdmcse", seed=1))]
     ref, ref_reports, ref_final = run(members, tmp_path / "ref")
 
-    class Killed(Exception):
-        pass
-
-    t = ArrayTrainer(members)
-    orig = ArrayTrainer.train_step
-
-    def dying_step(self):
-        if self.step + 1 == kill_at:
-            raise Killed
-        return orig(self)
-
-    monkeypatch.setattr(ArrayTrainer, "train_step", dying_step)
-    partial = Reports()
-    with pytest.raises(Killed):
-        t.fit(partial, tmp_path / "killed")
-    monkeypatch.setattr(ArrayTrainer, "train_step", orig)
-    resumed = ArrayTrainer(members)
-    if partial.ckpts:
-        resumed.load_state(partial.ckpts[-1])
-    rest = Reports()
-    final = resumed.fit(rest, tmp_path / "resumed")
-    both = Reports()
-    both.metrics = partial.metrics + rest.metrics
+    r = kill_and_resume(members, kill_at, tmp_path, monkeypatch)
+    both, final, resumed = r.reports, r.final, r.trainer
     for key in ("d", "k"):
         assert [e["loss/total"] for e in both.member(key)] == \
             [e["loss/total"] for e in ref_reports.member(key)]
