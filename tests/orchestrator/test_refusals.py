@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from orchestrator import ablate, best, report, sync, ui_links
+from tests.orchestrator.refusing import refused, run_in
 from trainables import train
 from trainables.checks import leaf_fields
 from trainables.config import RunConfig, load_yaml
@@ -30,33 +31,6 @@ def space(tmp_path_factory, tiny_bert) -> Path:
     d = tmp_path_factory.mktemp("refusals")
     write_tiny_profile(d, tiny_bert)
     return d
-
-
-def run(work: Path, main, argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    import ray
-
-    monkeypatch.chdir(work)
-    try:
-        rc = main(argv)
-    except SystemExit as e:  # refused while parsing the command line
-        rc = e.code
-    out, err = capsys.readouterr()
-    assert not ray.is_initialized(), "Ray was started"
-    return rc, out, err
-
-
-def refused(work: Path, main, argv: list[str], message: str, capsys, monkeypatch,
-            code: int = 2) -> str:
-    """Exit ``code``, exactly one ``error:`` line holding ``message``, no traceback, and nothing
-    written in ``work`` (no mlflow.db, no runs/)."""
-    before = sorted(p.name for p in work.iterdir())
-    rc, out, err = run(work, main, argv, capsys, monkeypatch)
-    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert rc == code, out[-2000:] + err[-2000:]
-    assert len(errors) == 1 and message in errors[0], err[-3000:]
-    assert "Traceback" not in err
-    assert sorted(p.name for p in work.iterdir()) == before, "something was written"
-    return errors[0]
 
 
 def table(space: Path, work: Path, *extra: str, profile: str | None = None) -> list[str]:
@@ -304,7 +278,7 @@ def test_best_is_a_question_that_writes_nothing(a_table, tmp_path, capsys, monke
     d, parent, child = a_table
     db = d / "mlflow.db"
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
-    rc, out, err = run(tmp_path, best.main, ["--run", parent, "--cell", "MCSE", "--tracking-uri",
+    rc, out, err = run_in(tmp_path, best.main, ["--run", parent, "--cell", "MCSE", "--tracking-uri",
                                              f"sqlite:///{db}"], capsys, monkeypatch)
     assert rc == 0, err
     assert f"cell MCSE: seed 0, test/avg 70.00, child run {child}" in out
@@ -339,7 +313,7 @@ def test_sync_prints_the_real_parent_and_never_suggests_another_store(a_table, t
                    capsys, monkeypatch)
     assert "drop --tracking-uri" not in line and "start it again" in line
     uri = f"sqlite:///{d / 'mlflow.db'}"
-    rc, out, err = run(tmp_path, sync.main, [str(journal), "--tracking-uri", uri], capsys,
+    rc, out, err = run_in(tmp_path, sync.main, [str(journal), "--tracking-uri", uri], capsys,
                        monkeypatch)
     assert rc == 0, err
     assert f"python -m orchestrator.report --run {parent} --tracking-uri {uri}" in out
@@ -352,7 +326,7 @@ def test_a_journal_without_its_header_still_names_its_parent(a_table, tmp_path, 
     journal = tmp_path / "j.jsonl"
     journal.write_text(json.dumps({"op": "set_tag", "handle": child, "key": "k", "value": "v"})
                        + "\n")
-    rc, out, err = run(tmp_path, sync.main, [str(journal), "--tracking-uri",
+    rc, out, err = run_in(tmp_path, sync.main, [str(journal), "--tracking-uri",
                                              f"sqlite:///{d / 'mlflow.db'}"], capsys, monkeypatch)
     assert rc == 0 and f"--run {parent}" in out, err
 

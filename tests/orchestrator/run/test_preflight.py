@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from orchestrator import ablate, search
+from tests.orchestrator.refusing import refused, run_in
 from trainables import convert
 from trainables.store import StoreMetadata, write_store
 
@@ -107,30 +108,6 @@ def files(tmp_path_factory, tiny_bert) -> Path:
         "SPACE = SearchSpace(name='my_space', title='lambda only', base={'objective.method': "
         "'mcse'}, define=lambda t: LAM.suggest(t) and None, baseline={'objective.method': 'mcse'})\n")
     return d
-
-
-def run_in(work: Path, main, argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    import ray
-
-    monkeypatch.chdir(work)
-    try:
-        rc = main(argv)
-    except SystemExit as e:  # refused while parsing the command line
-        rc = e.code
-    out, err = capsys.readouterr()
-    assert not ray.is_initialized(), "Ray was started"
-    return rc, out, err
-
-
-def refused(work: Path, main, argv: list[str], message: str, capsys, monkeypatch) -> str:
-    """Exit 2, one ``error:`` line holding ``message``, nothing started or written."""
-    rc, out, err = run_in(work, main, argv, capsys, monkeypatch)
-    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert rc == 2, out[-2000:] + err[-2000:]
-    assert len(errors) == 1 and message in errors[0], err[-3000:]
-    assert "Traceback" not in err
-    assert not (work / "mlflow.db").exists() and not (work / "runs").exists()
-    return errors[0]
 
 
 def table(files: Path, work: Path, profile: str = "ok", *extra: str) -> list[str]:
