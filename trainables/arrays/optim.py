@@ -79,35 +79,35 @@ class ArrayAdamW:
         return grads, owner
 
     @torch.no_grad()
-    def member_grad_norms(self) -> torch.Tensor:
+    def member_grad_norms(self, own: tuple[list[torch.Tensor], list[int]] | None = None) -> torch.Tensor:
         """(M,) L2 norm of each member's gradients (None grads count as 0).
 
         As ``clip_grad_norm_``: the norm of the per-tensor norms, one norm kernel per stacked
         parameter (all members at once) and one foreach call for the heads, so the host cost does
-        not grow with M times the number of tensors."""
-        dev = self.stacked[0].device if self.stacked else torch.device("cpu")
+        not grow with M times the number of tensors. ``own``: ``_own_grads()``, if already taken."""
+        grads, owner = self._own_grads() if own is None else own
+        dev = (self.stacked[0].device if self.stacked else grads[0].device if grads
+               else torch.device("cpu"))  # a looped array has no stacked parameters
         sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
         norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
                  for p in self.stacked if p.grad is not None]
         if norms:
             sq += torch.stack(norms).pow(2).sum(0)
-        grads, owner = self._own_grads()
-        for group_dev in {g.device for g in grads}:  # heads live with the array; be safe anyway
-            idx = [k for k, g in enumerate(grads) if g.device == group_dev]
-            own = torch.stack(torch._foreach_norm([grads[k].detach().float() for k in idx]))
-            sq.index_add_(0, torch.tensor([owner[k] for k in idx], device=dev), own.to(dev).pow(2))
+        if grads:
+            heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
+            sq.index_add_(0, torch.tensor(owner, device=dev), heads.pow(2))
         return sq.sqrt()
 
     @torch.no_grad()
     def clip(self) -> torch.Tensor:
         """Scale each member's gradients to its own clip norm, as clip_grad_norm_; returns the norms."""
-        norms = self.member_grad_norms()
+        grads, owner = self._own_grads()
+        norms = self.member_grad_norms((grads, owner))
         limit = torch.tensor([h.grad_clip for h in self.hyper], device=norms.device)
         coef = (limit / (norms + 1e-6)).clamp(max=1.0)
         for p in self.stacked:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
-        grads, owner = self._own_grads()
         for g, c in zip(grads, coef[torch.tensor(owner, device=coef.device)].unbind() if grads else (),
                         strict=True):
             g.mul_(c.to(g.dtype))
