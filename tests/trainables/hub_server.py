@@ -1,0 +1,162 @@
+"""A stand-in for the Hugging Face hub on 127.0.0.1, for the fetch's tests.
+
+It answers the two requests ``trainables.fetch`` makes: the repository listing
+(``/api/{models,datasets}/<repo>/revision/<rev>``, with sizes, git blob ids and LFS SHA-256s) and
+the file download (``/<datasets/>?<repo>/resolve/<commit>/<path>``, with HTTP Range). Faults are
+injected per file: ``cut[path] = n`` never sends byte ``n`` and on, closing the connection there (``cut_times`` times),
+``corrupt`` serves other bytes than the listing publishes. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+from dataclasses import dataclass, field
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class Hub:
+    repos: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
+    """(repo_type, repo id) -> path -> bytes"""
+    lfs: set[str] = field(default_factory=set)
+    """paths served as LFS files (published with a SHA-256)"""
+    cut: dict[str, int] = field(default_factory=dict)
+    cut_times: int = 10**9
+    corrupt: set[str] = field(default_factory=set)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    """(method, path, Range header)"""
+
+    def listing(self, repo_type: str, repo: str) -> dict:
+        files = self.repos[(repo_type, repo)]
+        siblings = []
+        for path, data in files.items():
+            s = {"rfilename": path, "size": len(data),
+                 "blobId": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+            if path.rsplit("/", 1)[-1] in self.lfs:
+                s["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                            "pointerSize": 134}
+            siblings.append(s)
+        return {"id": repo, "sha": COMMIT, "siblings": siblings, "private": False}
+
+    def downloads(self, name: str) -> list[str | None]:
+        """The Range headers of the downloads of files named ``name``."""
+        return [r for m, p, r in self.requests if m == "GET" and "/resolve/" in p
+                and p.endswith("/" + name)]
+
+
+def _handler(hub: Hub):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, code: int, body: bytes, headers: dict | None = None) -> None:
+            self.send_response(code)
+            for k, v in {"Content-Length": str(len(body)), **(headers or {})}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            hub.requests.append(("GET", self.path, self.headers.get("Range")))
+            path = self.path.split("?", 1)[0]
+            if path.startswith("/api/"):
+                kind, rest = path[5:].split("/", 1)
+                repo = rest.split("/revision/", 1)[0]
+                key = (kind.rstrip("s"), repo)
+                if key not in hub.repos:
+                    return self._send(404, b'{"error": "Repository not found"}',
+                                      {"X-Error-Code": "RepoNotFound"})
+                return self._send(200, json.dumps(hub.listing(*key)).encode(),
+                                  {"Content-Type": "application/json"})
+            kind = "dataset" if path.startswith("/datasets/") else "model"
+            rest = path[len("/datasets/"):] if kind == "dataset" else path[1:]
+            repo, _, tail = rest.partition("/resolve/")
+            name = tail.split("/", 1)[1] if "/" in tail else ""
+            data = hub.repos.get((kind, repo), {}).get(name)
+            if data is None:
+                return self._send(404, b"not found")
+            if name in hub.corrupt:
+                data = bytes(b ^ 0xFF for b in data)
+            start = 0
+            rng = self.headers.get("Range")
+            if rng:
+                start = int(rng.split("=")[1].split("-")[0])
+            body = data[start:]
+            cut = hub.cut.get(name)
+            self.send_response(206 if rng else 200)
+            self.send_header("Content-Length", str(len(body)))
+            if rng:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.end_headers()
+            if cut is not None and hub.cut_times > 0 and start <= cut:
+                hub.cut_times -= 1
+                self.wfile.write(body[:cut - start])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+    return Handler
+
+
+class Serving:
+    """``with Serving(hub) as url:`` the hub on 127.0.0.1 in a thread."""
+
+    def __init__(self, hub: Hub):
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+SENTEVAL_DIRS = ("STS/STS12-en-test", "STS/STS13-en-test", "STS/STS14-en-test",
+                 "STS/STS15-en-test", "STS/STS16-en-test", "STS/STSBenchmark", "SICK", "MR",
+                 "CR", "SUBJ", "MPQA", "SST/binary", "TREC", "MRPC")
+
+
+def senteval_tar() -> bytes:
+    """A small tar in SimCSE's layout: ``downstream/<task>/...`` for every task."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in SENTEVAL_DIRS:
+            data = f"stand-in for {d}\n".encode()
+            info = tarfile.TarInfo(f"downstream/{d}/data.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def paper_hub() -> Hub:
+    """Stand-in files for every repository the paper profile's fetch reads."""
+    from trainables.fetch import PAPER
+
+    hub = Hub(lfs={"wiki1m_for_simcse.txt", "senteval.tar", "model.safetensors",
+                   "pytorch_model.bin"})
+    for item in PAPER:
+        key = (item.repo_type, item.repo)
+        files = hub.repos.setdefault(key, {})
+        if item.files:
+            for f in item.files:
+                files[f] = senteval_tar() if f == "senteval.tar" else (
+                    b"".join(b"sentence %d of the stand-in corpus\n" % i for i in range(3000)))
+        else:
+            files.update({"config.json": b'{"model_type": "bert"}\n', "vocab.txt": b"[PAD]\na\n",
+                          "README.md": b"not fetched\n", "tf_model.h5": b"not fetched",
+                          "onnx/model.onnx": b"not fetched",
+                          "model.safetensors": bytes(range(256)) * 64})
+    return hub
