@@ -115,21 +115,23 @@ class Home:
         self.ids: dict[str, str] = {}
 
     def sh(self, command: str, *extra: str, profile: str | None = "tiny", ok: bool = True,
-           timeout: float = 1800) -> str:
+           timeout: float = 1800, env: dict[str, str] | None = None) -> str:
         """Run ``command`` (placeholders filled, ``extra`` appended) in this folder; -> its
-        stdout + stderr. ``profile``: 'tiny' sets $MMEMB_PROFILE, None leaves the default."""
+        stdout + stderr. ``profile``: 'tiny' sets $MMEMB_PROFILE, None leaves the default;
+        ``env``: variables set for this command."""
         for name in ("PARENT_RUN_ID", "CHILD_RUN_ID"):
             if name in command:
                 command = command.replace(name, self.id(name))
         argv = [*shlex.split(command), *extra]
         if argv[0] == "python":
             argv[0] = sys.executable
+        extra_env = env
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         env.pop("MMEMB_PROFILE", None)
         if profile == "tiny":
             env["MMEMB_PROFILE"] = str(self.tiny)
-        p = subprocess.run(argv, cwd=self.path, env=env, capture_output=True, text=True,
+        p = subprocess.run(argv, cwd=self.path, env={**env, **(extra_env or {})}, capture_output=True, text=True,
                            timeout=timeout)
         out = p.stdout + p.stderr
         if ok:
@@ -358,6 +360,36 @@ def extract(h: Home) -> None:
     _store_rows(out_store, 6)
 
 
+def _fetch_env(h: Home, endpoint: str) -> dict[str, str]:
+    """The fetch's folders in this home; the hub at ``endpoint`` (the stand-in, or nothing)."""
+    return {"MMEMB_DATA": str(h.path / "fetched"), "HF_HUB_CACHE": str(h.path / "fetched-hf"),
+            "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+
+
+def fetch_dry_run(h: Home) -> None:
+    out = h.sh("python -m trainables.fetch paper --dry-run", profile=None,
+               env=_fetch_env(h, "http://127.0.0.1:9"))  # nothing listens: no network
+    assert re.search(r"^  wiki1m_for_simcse.txt  about 120 MB  sha256", out, re.M), out
+    assert "senteval.tar  about 90 MB  sha256" in out, out
+
+
+def fetch_paper(h: Home) -> None:
+    """The hub cannot be reached here: a stand-in on 127.0.0.1 serves small files under the
+    real repositories' names (tests/trainables/hub_server.py)."""
+    from tests.trainables.hub_server import Serving, paper_hub
+
+    hub = paper_hub()
+    with Serving(hub) as url:
+        out = h.sh("python -m trainables.fetch paper", "--no-progress", profile=None,
+                   env=_fetch_env(h, url))
+        again = h.sh("python -m trainables.fetch paper", "--no-progress", profile=None,
+                     env=_fetch_env(h, url))
+    assert "  wiki1m: fetched" in out and "  clip: fetched" in out, out
+    assert "  wiki1m: checked" in again and ": fetched" not in again, again
+    assert (h.path / "fetched" / "senteval" / "downstream" / "STS" / "STSBenchmark").is_dir()
+    assert "python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json" in out
+
+
 def _store_rows(path: Path, n: int) -> None:
     from trainables.store import FeatureStore
 
@@ -419,6 +451,11 @@ COMMANDS: dict[str, Journey] = {
     f"{OWN} --dry-run --explain": Journey(f"{PRINTED} (demo), examples/ copied into the folder", own_method_dry_run, slow=True),
     OWN: Journey(f"{TINY_SEEDS}, examples/ copied into the folder", own_method, slow=True),
     "python -m orchestrator.calibrate": Journey(f"{TINY}; 4 MCSE + 2 SimCSE runs, groups of 2, 100 draws", calibrate, slow=True),
+    "python -m trainables.fetch paper": Journey(
+        "a stand-in hub on 127.0.0.1 ($HF_ENDPOINT) serving small files under the real "
+        "repositories' names, run twice (the second checks and downloads nothing)", fetch_paper),
+    "python -m trainables.fetch paper --dry-run": Journey(
+        f"{PRINTED}, $HF_ENDPOINT pointing at no server (no network needed)", fetch_dry_run),
     "python -m trainables.train --profile demo": Journey(f"{PRINTED} (one demo run)", train_one, slow=True),
     "python -m trainables.convert mcse --captions flickr_random_captions.txt --features flickr_resnet.hdf5 --out flickr_resnet.parquet":
         Journey(f"{PRINTED}, on 3 captions with 8-d features written by the test", convert_mcse),
