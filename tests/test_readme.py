@@ -360,15 +360,15 @@ def extract(h: Home) -> None:
     _store_rows(out_store, 6)
 
 
-def _fetch_env(h: Home, endpoint: str) -> dict[str, str]:
+def _fetch_env(h: Home, endpoint: str, data: str = "fetched") -> dict[str, str]:
     """The fetch's folders in this home; the hub at ``endpoint`` (the stand-in, or nothing)."""
-    return {"MMEMB_DATA": str(h.path / "fetched"), "HF_HUB_CACHE": str(h.path / "fetched-hf"),
+    return {"MMEMB_DATA": str(h.path / data), "HF_HUB_CACHE": str(h.path / f"{data}-hf"),
             "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
 
 
 def fetch_dry_run(h: Home) -> None:
     out = h.sh("python -m trainables.fetch paper --dry-run", profile=None,
-               env=_fetch_env(h, "http://127.0.0.1:9"))  # nothing listens: no network
+               env=_fetch_env(h, "http://127.0.0.1:9", "fresh"))  # nothing listens: no network
     assert re.search(r"^  wiki1m_for_simcse.txt  about 120 MB  sha256", out, re.M), out
     assert "senteval.tar  about 90 MB  sha256" in out, out
 
