@@ -17,6 +17,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from orchestrator.run.options import Options
 from orchestrator.run.resources import Resources, local_resources
@@ -84,6 +85,39 @@ def check_models(members: Sequence[RunPlan]) -> str:
         except (OSError, ValueError) as e:
             raise ValueError(f"{what} {e}") from None
     return f"models: {len(names)} encoder/teacher folder(s) found"
+
+
+def check_fetched(members: Sequence[RunPlan]) -> None:
+    """Before the per-file checks: when what the members read under ``$MMEMB_DATA`` (the paper
+    profile's layout) is missing, or a student the fetch brings is not cached, one line naming
+    ``$MMEMB_DATA``, what is missing and ``python -m trainables.fetch paper``."""
+    from trainables.fetch import PAPER, data_root, hub_cache
+
+    root = data_root()
+    missing: dict[str, None] = {}
+    fetchable = {i.cache_name for i in PAPER if i.cache_name}
+    for m in members:
+        cfg = m.run
+        if cfg.data.demo:
+            continue
+        paths = [cfg.data.text, cfg.data.senteval]
+        paths += [cfg.data.pairs] if cfg.needs.captions else []
+        paths += list(cfg.text_teachers) if cfg.needs.text_teachers else []
+        for p in filter(None, paths):
+            path = Path(p).expanduser().resolve()
+            if path.is_relative_to(root) and not path.exists():
+                missing[path.relative_to(root).as_posix()] = None
+        if cfg.encoder in fetchable and not Path(cfg.encoder).exists():  # a local folder wins
+            from huggingface_hub import try_to_load_from_cache
+
+            if not isinstance(try_to_load_from_cache(cfg.encoder, "config.json",
+                                                     cache_dir=str(hub_cache())), str):
+                missing[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
+    if missing:
+        raise ValueError(f"$MMEMB_DATA={root} lacks what these runs read: run python -m "
+                         "trainables.fetch paper (it downloads what it can and says how to bring "
+                         "the rest), or set MMEMB_DATA to the folder holding them; missing: "
+                         f"{', '.join(missing)}")
 
 
 def check_encoders(members: Sequence[RunPlan]) -> list[str]:
@@ -258,6 +292,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
             raise
         not_here = str(e)
         lines.append("resources: do NOT fit this machine (below)")
+    check_fetched(members)
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
     data = check_data(members)

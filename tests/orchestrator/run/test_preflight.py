@@ -280,3 +280,20 @@ def test_broken_space_file_breaks_only_its_commands(spaces_pkg, files, tmp_path,
     assert rc == 2 and "Traceback" not in err
     assert "BROKEN  bad_search" in err and "low=0.5 > high=0.1" in err
     assert "grid    good_table" in err  # the healthy entry is still listed
+
+
+def test_paper_profile_with_no_data_names_mmemb_data_and_the_fetch_first(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A fresh machine: the first complaint is one line naming $MMEMB_DATA, the fetch command
+    and what is missing (not the encoder cache, then a corpus path without $MMEMB_DATA)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("MMEMB_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    error = refused(work, ablate.main, ["--grid", "dalr_table2", "--profile", "paper", "--dry-run"],
+                    f"$MMEMB_DATA={tmp_path / 'empty'} lacks what these runs read: run python -m "
+                    "trainables.fetch paper", capsys, monkeypatch)
+    for missing in ("wiki1m_for_simcse.txt", "senteval/downstream", "flickr30k_clip_vitl14.parquet",
+                    "teachers/unsup-simcse-bert-base-uncased",
+                    "the encoder bert-base-uncased (Hugging Face cache)"):
+        assert missing in error, error
