@@ -35,9 +35,10 @@ def grid_spec(grid) -> dict[str, Any]:
 
 
 def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir: Path,
-                 extra_md: str = "") -> tuple[tables.TableAnalysis, str, str | None]:
+                 extra_md: str = "", lead_md: str = ""
+                 ) -> tuple[tables.TableAnalysis, str, str | None]:
     """Analyse the parent's children and write report.md/csv/png to ``outdir``, then upload them
-    to the parent run. -> (analysis, markdown, None or why the upload failed): the files on disk
+    to the parent run; ``lead_md`` is its first line (a search's verdict). -> (analysis, markdown, None or why the upload failed): the files on disk
     and the printed table never depend on the upload."""
     ok, failed = tracker.scores(parent_id)
     cells = spec["cells"]  # the cells that ran: with --cells, a subset of the grid's
@@ -73,6 +74,8 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
                "not comparable and no parity is shown; the report compares only the direction of "
                "each published effect. The paper profile's report shows parity.\n")
     md += extra_md
+    if lead_md:
+        md = f"{lead_md}\n\n{md}"
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / "report.md").write_text(md)
     csv = tables.to_csv(analysis)

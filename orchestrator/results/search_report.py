@@ -133,9 +133,9 @@ def plots(study, outdir: Path) -> dict[str, str]:
 
 
 def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence[float]],
-          verdict: Verdict, pid: str) -> str:
-    """Write search.md, study.csv and the plots beside the report, upload them, return the
-    Markdown section that the confirmation report ends with."""
+          verdict: Verdict, pid: str) -> tuple[str, str]:
+    """Write search.md, study.csv and the plots beside the report, upload them; -> (the verdict
+    against the baseline, the report's first line; the Markdown section it ends with)."""
     from orchestrator.results.report import report_dir
 
     outdir = report_dir(session.tracker, session.campaign.name, session.parent)
@@ -145,9 +145,10 @@ def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence
     drawn = plots(study, outdir)
     spec = session.campaign.spec
     scores, _ = session.tracker.scores(session.parent)
+    lead = against_baseline(scores, spec["cells"][1], spec["baseline"], spec["seeds"])
     lines = [
         "", f"## Search: {planner.space.title}", "",
-        against_baseline(scores, spec["cells"][1], spec["baseline"], spec["seeds"]), "",
+        lead, "",
         f"Best configuration: trial {win.number}", "",
         *[f"- `{k}` = {_fmt(v)}" for k, v in sorted(best.items())], "",
         verdict.sentence(), "",
@@ -170,4 +171,4 @@ def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence
             session.tracker.log_artifact_file(session.parent, outdir / f)
     except Exception as e:  # never lose the search's result to an artifact store
         print(f"warning: search artifacts not uploaded ({type(e).__name__}); they are in {outdir}")
-    return md
+    return lead, md

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -85,6 +86,10 @@ class Session:
         self._mirrors: list[Any] = []
         self._closed = False
         self.lock: Any = None
+        self.later_runs = 0
+        """runs a search will train after the next ``run`` (its live view's ETA counts them)"""
+        self.live_prior: Any = None
+        """what this session's earlier ``run``s did (``orchestrator.run.live.Prior``)"""
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
             res, who = array_resources(opts, campaign.members)
             res.check_fits(local_resources(), "this machine", who)
@@ -260,7 +265,7 @@ class Session:
         """Train the members not yet finished under this parent, as arrays, in one Tune run."""
         from ray import tune
 
-        from orchestrator.run.live import LiveView
+        from orchestrator.run.live import LiveView, Prior
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
         from orchestrator.spec.grids import path_part
@@ -298,6 +303,10 @@ class Session:
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
 
+        if self.live_prior is None:
+            self.live_prior = Prior(time.monotonic())
+        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
+
         # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
         os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
@@ -309,7 +318,7 @@ class Session:
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=path_part(experiment), storage_path=self.storage, verbose=0,
-                callbacks=[mirror, LiveView(arrays), cleanup_callback()],
+                callbacks=[mirror, view, cleanup_callback()],
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             ),
         )
@@ -320,6 +329,8 @@ class Session:
             if line is None:
                 raise
             raise DiskFull(line) from None
+        finally:
+            self.live_prior.add(view)
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
                        interrupted=any(m.key not in ended for m in todo))
@@ -354,8 +365,9 @@ class Session:
         return " ".join(["python", "-m", module, *map(shlex.quote, argv),
                          *([] if "--resume" in argv else ["--resume"])])
 
-    def finish(self, spec: Mapping[str, Any], extra_md: str = "") -> int:
-        """Write the report (or say why not), end the parent, print where everything is."""
+    def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
+        """Write the report (or say why not), end the parent, print where everything is.
+        ``lead_md``: the report's first line (a search's verdict)."""
         from orchestrator.results.report import build_report, report_dir
         from orchestrator.results.views import print_links, share
 
@@ -376,7 +388,8 @@ class Session:
         outdir = report_dir(self.tracker, self.campaign.name, self.parent)
         try:
             analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec),
-                                                      outdir, extra_md=extra_md)
+                                                      outdir, extra_md=extra_md,
+                                                      lead_md=lead_md)
         except Exception as e:  # the runs are in MLflow: never leave their parent RUNNING
             why = f"{type(e).__name__}: {e}"
             self.tracker.client.set_tag(self.parent, "mmemb.report_error", why[:500])

@@ -6,8 +6,12 @@ has done 300), so arrays of any size add up to one figure for the campaign::
 
     [1m05s] 340/1200 member-steps (28%), 5.2/s | runs: 0 done, 20 training, 0 queued | ETA 2m45s
 
-The rate is the campaign's member-steps per second since its first step, and the ETA is what is
-left at that rate: one ETA for the campaign, which falls by about the time between two lines.
+The rate is the campaign's member-steps per second from its first progress report to its latest,
+and the ETA is what was left at that report, at that rate, less the time since: one ETA for the
+campaign, which falls by exactly the time between two lines until the next report. A search runs
+several campaigns (rounds, finalists, confirmation) under one view: each is told the runs that
+come after it (``later_runs``, priced at this campaign's steps per run), the search's start and
+what the earlier ones did (``Prior``), so its clock, its steps and its ETA are the search's.
 Steps come from the arrays' progress reports (rank 0 of each array, every
 ``trainables.arrays.trainer.PROGRESS_S`` seconds) and their evaluations; an array that has not
 started yet counts the steps per run of those that have.
@@ -54,13 +58,33 @@ class ArrayProgress:
         return self.total_steps * self.alive + self.left_steps
 
 
+@dataclass
+class Prior:
+    """What the earlier campaigns of one search did: their start, member-steps and training time
+    (from each one's first progress report to its last)."""
+
+    t0: float
+    done: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+
+    def add(self, view: LiveView) -> None:
+        self.done += view.member_steps()[0]
+        if view.first is not None and view.mark is not None:
+            self.steps += view.mark[1] - view.first[1]
+            self.seconds += view.mark[0] - view.first[0]
+
+
 class LiveView(Callback):
     def __init__(self, arrays: Sequence[ArrayPlan], clock: Callable[[], float] = time.monotonic,
-                 out: Callable[[str], None] | None = None):
+                 out: Callable[[str], None] | None = None, later_runs: int = 0,
+                 prior: Prior | None = None):
         self.plans = list(arrays)
         self.clock = clock
         self.out = out or (lambda line: print(line, flush=True))
-        self.t0 = clock()
+        self.later_runs = later_runs
+        self.prior = prior or Prior(clock())
+        self.t0 = self.prior.t0
         self.total_runs = sum(len(t.members) for t in arrays)
         self.ended: set[str] = set()
         self.failed: set[str] = set()
@@ -68,6 +92,8 @@ class LiveView(Callback):
         """plan name -> progress, once the array has reported"""
         self.first: tuple[float, int] | None = None
         """(time, member-steps done) at the first report: the rate counts from there"""
+        self.mark: tuple[float, int] | None = None
+        """(time, member-steps done) at the latest report: the rate counts to there"""
         self.last_line: float | None = None
         self.trials: list = []
 
@@ -82,7 +108,7 @@ class LiveView(Callback):
         per_run = sum(a.total_steps * (len(p.members)) for p in self.plans
                       if (a := self.arrays.get(p.name))) / max(1, runs)
         unseen = sum(len(t.members) for t in self.plans if t.name not in self.arrays)
-        return done, started + round(unseen * per_run)
+        return done, started + round((unseen + self.later_runs) * per_run)
 
     def counts(self, trials) -> tuple[int, int, int]:
         """(ended, training, queued) runs: ended ones (finished, pruned or failed), those of
@@ -100,6 +126,8 @@ class LiveView(Callback):
     def status(self, trials) -> str:
         now = self.clock()
         done, total = self.member_steps()
+        before = self.prior.done
+        done, total = done + before, None if total is None else total + before
         ended, run, queued = self.counts(trials)
         failed = f", {len(self.failed)} failed" if self.failed else ""
         runs = f"runs: {ended - len(self.failed)} done{failed}, {run} training, {queued} queued"
@@ -109,11 +137,14 @@ class LiveView(Callback):
                     f"({self.total_runs} runs) starting | {runs} | ETA -")
         share = f"{done / total:.0%}" if total else "-"
         rate, eta = None, "ETA -"
-        if self.first is not None and now > self.first[0] and done > self.first[1]:
-            rate = (done - self.first[1]) / (now - self.first[0])
-            left = total - done
-            eta = (f"ETA {_clock(left / rate)}" if left > 0 else
-                   self._final_evaluations() if run + queued else "ETA -")
+        if self.first is not None and self.mark is not None:
+            steps = self.mark[1] - self.first[1] + self.prior.steps
+            seconds = self.mark[0] - self.first[0] + self.prior.seconds
+            if steps > 0 and seconds > 0:
+                rate = steps / seconds
+                left = total - done
+                eta = (f"ETA {_clock(left / rate - (now - self.mark[0]))}" if left > 0 else
+                       self._final_evaluations() if run + queued else "ETA -")
         speed = f"{rate:.1f}/s" if rate is not None else "-/s"
         return f"{head} {done}/{total} member-steps ({share}), {speed} | {runs} | {eta}"
 
@@ -145,8 +176,9 @@ class LiveView(Callback):
         a.step = max(a.step, int(result.get("step", 0)))
         if result.get("evaluating"):
             a.evaluating = str(result["evaluating"])
+        self.mark = (self.clock(), self.member_steps()[0])
         if self.first is None:
-            self.first = (self.clock(), self.member_steps()[0])
+            self.first = self.mark
         return a
 
     def _leave(self, plan: ArrayPlan, key: str, step: int) -> None:

@@ -172,6 +172,10 @@ def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> 
                 t.set_user_attr("plan_id", pid)
                 batch.append((t.number, dict(t.params)))
         members = [m for n, params in batch for m in planner.trial_members("search", n, params, sa.search_seeds)]
+        asked = sum(1 for t in study.get_trials(deepcopy=False)
+                    if t.state not in (TrialState.FAIL, TrialState.WAITING))
+        session.later_runs = (max(0, sa.num_samples - asked) * len(sa.search_seeds)
+                              + _after_rounds(sa))  # the search's ETA counts what follows
         rnd += 1
         print(f"round {rnd}: {len(batch)} configurations x {len(sa.search_seeds)} seeds", flush=True)
         out = session.run(members, f"{planner.space.name}-{pid}-round", halving=rung)
@@ -191,6 +195,12 @@ def rounds(session, study, planner: Planner, sa: SearchArgs, pid: str, rung) -> 
                 study.tell(trial, state=TrialState.PRUNED)
             else:
                 study.tell(trial, sum(values) / len(values))
+
+
+def _after_rounds(sa: SearchArgs) -> int:
+    """The runs after the TPE rounds: the finalists on their seeds, then the confirmation (the
+    winner and the baseline)."""
+    return sa.finalists * len(sa.finalist_seeds) + 2 * len(sa.confirm_seeds)
 
 
 def _live(study, number: int):
@@ -214,6 +224,7 @@ def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dic
     finalists = sorted(done, key=lambda t: -t.value)[: sa.finalists]
     members = [m for t in finalists for m in planner.trial_members("final", t.number, t.params, sa.finalist_seeds)]
     print(f"finalists: trials {[t.number for t in finalists]} on seeds {list(sa.finalist_seeds)}", flush=True)
+    session.later_runs = 2 * len(sa.confirm_seeds)
     out = session.run(members, f"{planner.space.name}-{pid}-finalists")
     if out.interrupted:
         return session.interrupted()
@@ -232,8 +243,9 @@ def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dic
     confirm = planner.confirmation(winner.params, sa.confirm_seeds)
     session.tracker.log_artifact_text(session.parent, "grid.json", json.dumps(spec, indent=1))
     print(f"confirming on seeds {list(sa.confirm_seeds)}: the winner and {planner.baseline_name}", flush=True)
+    session.later_runs = 0
     out = session.run(confirm, f"{planner.space.name}-{pid}-confirm")
     if out.interrupted:
         return session.interrupted()
-    extra_md = search_report.write(session, study, planner, finalists, seed_values, verdict, pid)
-    return session.finish(spec, extra_md=extra_md)
+    lead, extra_md = search_report.write(session, study, planner, finalists, seed_values, verdict, pid)
+    return session.finish(spec, extra_md=extra_md, lead_md=lead)

@@ -128,3 +128,56 @@ def test_the_final_evaluations_say_what_each_array_evaluates():
         {"key": m.key, "test/avg": 71.0, "best_stsb_dev": 75.0} for m in plans[0].members]}
     view.on_trial_result(0, trials, trials[0], final)
     assert lines[-1].splitlines()[0].endswith(f"| ETA: final evaluations ({plans[1].label}: STS)")
+
+
+def test_lines_between_two_reports_agree_on_the_eta():
+    """Issue 33: two status lines under a second apart said 33 s, then 11 s: the ETA is priced at
+    the latest report, so between reports it falls by exactly the time that passed."""
+    view, plans, trials, clock, lines = _view()
+    view.on_step_begin(0, trials)
+    for step in range(0, 4):
+        clock.now += 5
+        for i in range(2):
+            view.on_trial_result(0, trials, trials[i],
+                                 {"progress": 1, "step": step, "total_steps": 60})
+    lines.clear()
+    for dt in (4.0, 0.5, 3.0):  # no report in between
+        clock.now += dt
+        view.line(trials)
+    found = _status(lines)
+    etas = [int(m.group(9)) * 60 + int(m.group(10)) for m in found]
+    times = [int(m.group(1)) * 60 + int(m.group(2)) for m in found]
+    assert len(found) == 3 and all(float(m.group(5)) == 2.0 for m in found)
+    for i in range(1, 3):
+        assert abs((etas[i - 1] - etas[i]) - (times[i] - times[i - 1])) <= 1, (etas, times)
+
+
+def test_a_search_has_one_clock_one_step_count_and_one_eta_across_its_phases():
+    """A search's rounds, finalists and confirmation are campaigns of one view: the second phase
+    goes on from the first's clock and steps, and the first already counts the runs after it."""
+    from orchestrator.run.live import Prior
+
+    members = plan_runs(GRID, "demo")
+    plans = pack(members, {m.key: "same" for m in members}, "t", "runs", 1.0, 0.0, 1,
+                 array_size=None, slots=1)
+    clock, lines = Clock(), []
+    prior = Prior(clock())
+    trials = [SimpleNamespace(config={"index": 0}, status="RUNNING")]
+    first = LiveView(plans, clock=clock, out=lines.append, later_runs=10, prior=prior)
+    for step in range(0, 61, 10):  # 10 runs x 60 steps, 10 steps / 10 s
+        clock.now += 10
+        first.on_trial_result(0, trials, trials[0], {"progress": 1, "step": step, "total_steps": 60})
+    first.line(trials)
+    (m,) = _status(lines[-1:])
+    assert (int(m.group(3)), int(m.group(4))) == (600, 1200)  # the next phase's 10 runs counted
+    assert int(m.group(9)) * 60 + int(m.group(10)) == 60  # 600 steps left at 10/s
+    prior.add(first)
+    clock.now += 30  # between the phases (evaluation, packing)
+    second = LiveView(plans, clock=clock, out=lines.append, prior=prior)
+    clock.now += 10
+    second.on_trial_result(0, trials, trials[0], {"progress": 1, "step": 0, "total_steps": 60})
+    second.line(trials)
+    (m,) = _status(lines[-1:])
+    assert (int(m.group(3)), int(m.group(4))) == (600, 1200)  # goes on, no restart
+    assert (int(m.group(1)), int(m.group(2))) == (1, 50)  # the search's clock: 70 + 30 + 10
+    assert int(m.group(9)) * 60 + int(m.group(10)) == 60  # the first phase's rate carries over
