@@ -78,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         describe,
         dry_run_arrays,
         explain,
+        resume_preview,
         run_table,
     )
     from orchestrator.run.preflight import check_campaign, check_demo_fit
@@ -113,6 +114,10 @@ def _run(args: argparse.Namespace) -> int:
                         plan_summary(members, profile_name, opts.profile))
     if args.dry_run:
         arrays, slots = dry_run_arrays(members, array_keys, grid.name, opts)
+        if args.resume:  # what is done, and only what would train
+            done, said = resume_preview(campaign, opts)
+            print(said)
+            arrays = [t for p in arrays if (t := p.without(done)) is not None]
         print(f"{grid.title}\n{len(members)} runs ({len(cells)} cells x {len(seeds)} seeds) in "
               f"{len(arrays)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")

@@ -119,7 +119,7 @@ class Session:
         """With --resume: the parent of this plan, or one line saying what the store holds
         instead (nothing of this grid, or a plan that differs, and how). Without: None, with a
         note when an unfinished parent of the same plan could have been resumed."""
-        from orchestrator.spec.plan import plan_difference
+        from orchestrator.spec.plan import plan_difference, plan_union
 
         c = self.campaign
         found = self.tracker.find_parent(c.plan_id)
@@ -149,6 +149,9 @@ class Session:
         how = "; ".join(what) or "its plan id differs"
         again = (f"run with {' '.join(fix)} to resume it" if fix else
                  "run the command it ran to resume it")
+        union = plan_union(self.tracker.parent_summary(latest), c.summary)
+        if union and union != fix:
+            again += f", with {' '.join(union)} to extend it with this command's runs"
         raise ValueError(f"--resume: no {c.kind} of this plan in {self.tracker.uri}; the latest "
                          f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
                          f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
@@ -473,6 +476,32 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
                   opts.max_failures, opts.array_size, slots)
     return noted(arrays), slots
+
+
+def resume_preview(campaign: Campaign, opts: Options) -> tuple[dict[str, str], str]:
+    """``--resume --dry-run``: the finished runs a resume would reuse (trial key -> run id) and
+    one line naming the parent it continues or extends; reads the store, writes nothing. Raises
+    the refusal a real ``--resume`` would meet."""
+    from types import SimpleNamespace
+
+    from orchestrator.tracking.client import Tracker
+
+    try:
+        tracker = Tracker(opts.tracking_uri, create=False)
+    except ValueError as e:
+        raise ValueError(f"--resume: nothing to resume: {e}") from None
+    probe = SimpleNamespace(campaign=campaign, tracker=tracker, opts=opts, extended=False)
+    parent = Session._find_parent(probe, quiet=True)  # the same lookup as the real resume
+    keys = {m.key for m in campaign.members}
+    done = {k: v for k, v in tracker.finished_runs(parent).items() if k in keys}
+    how = "extend" if probe.extended else "continue"
+    by_cell: dict[str, list[str]] = {}
+    for m in campaign.members:
+        if m.key in done:
+            by_cell.setdefault(m.cell, []).append(str(m.seed))
+    listed = "; ".join(f"{c} seed{'s' * (len(v) != 1)} {' '.join(v)}" for c, v in by_cell.items())
+    return done, (f"--resume would {how} parent run {parent}: {len(done)} of {len(keys)} runs "
+                  f"done ({listed or 'none'}), {len(keys) - len(done)} would train (below)")
 
 
 def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:

@@ -198,6 +198,27 @@ def plan_summary(members: Sequence[RunPlan], profile: str, profile_arg: str | No
             "runs": {m.key: m.config_hash for m in members}}
 
 
+def plan_union(old: Mapping, new: Mapping) -> list[str]:
+    """The options of the plan holding both ``old`` (an interrupted campaign's) and ``new`` when
+    they differ only in cells or seeds: ``--resume`` with them extends the old parent, reusing its
+    finished runs. [] when another difference (profile, settings, hashes) forbids it."""
+    if old.get("profile") != new.get("profile") or \
+            (old.get("settings") or {}) != (new.get("settings") or {}):
+        return []
+    old_runs, new_runs = dict(old.get("runs") or {}), dict(new.get("runs") or {})
+    if any(old_runs[k] != new_runs[k] for k in old_runs.keys() & new_runs.keys()):
+        return []
+    out = []
+    old_cells, new_cells = list(old.get("cells") or []), list(new.get("cells") or [])
+    if old_cells and set(old_cells) != set(new_cells):
+        cells = old_cells + [c for c in new_cells if c not in old_cells]
+        out.append("--cells " + " ".join(repr(c) if " " in c else c for c in cells))
+    old_seeds, new_seeds = list(old.get("seeds") or []), list(new.get("seeds") or [])
+    if old_seeds and set(old_seeds) != set(new_seeds):
+        out.append(f"--seeds {' '.join(map(str, sorted(set(old_seeds) | set(new_seeds))))}")
+    return out
+
+
 def plan_difference(old: Mapping, new: Mapping) -> tuple[list[str], list[str]]:
     """How the plan ``old`` (an interrupted campaign's) differs from ``new`` (this command's):
     (what differs, one phrase each; the options that would ask for ``old`` again)."""

@@ -147,10 +147,11 @@ def test_a_grid_file_is_validated_like_a_named_grid(case, space, tmp_path, capsy
 
 
 # --- rows 8 and 9: what --resume finds ----------------------------------------------------------
-def _store_with_table(space: Path, work: Path, seeds: list[int], hashes: str = "same"):
+def _store_with_table(space: Path, work: Path, seeds: list[int], hashes: str = "same",
+                      finished: tuple[int, ...] = ()):
     """A store holding a table of table3 on ``seeds`` (its parent and one child per run), as an
-    interrupted run leaves it; ``hashes='old'``: made by an older mmemb (no plan.json, other
-    config hashes)."""
+    interrupted run leaves it, the runs of ``finished`` seeds FINISHED; ``hashes='old'``: made
+    by an older mmemb (no plan.json, other config hashes)."""
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
     from orchestrator.tracking.client import Tracker
@@ -167,9 +168,12 @@ def _store_with_table(space: Path, work: Path, seeds: list[int], hashes: str = "
         tr.log_artifact_text(parent, "grid.json", json.dumps({"cells": [c.name for c in grid.cells],
                                                               "seeds": seeds}))
     for m in members:
-        tr.start_child(parent, {"key": m.key, "cell": m.cell, "seed": m.seed, "grid": grid.name,
-                                "config_hash": m.config_hash if hashes == "same" else "0" * 12,
-                                "run_name": m.run_name, "run": {"seed": m.seed}})
+        child = tr.start_child(parent, {"key": m.key, "cell": m.cell, "seed": m.seed,
+                                        "grid": grid.name, "run_name": m.run_name,
+                                        "config_hash": m.config_hash if hashes == "same" else "0" * 12,
+                                        "run": {"seed": m.seed}})
+        if m.seed in finished:
+            tr.end(child)
     tr.end(parent, "KILLED")
     return parent
 
@@ -182,7 +186,23 @@ def test_resume_with_other_seeds_says_how_the_plan_differs(space, tmp_path, caps
                                                  "--resume"),
                    f"the latest of 'kdmcse_table3' (parent {parent}, KILLED, 0 runs finished) has "
                    "another plan: seeds 0 1 there, 2 3 here", capsys, monkeypatch)
-    assert "Nothing is retrained: run with --seeds 0 1 to resume it" in line
+    assert "Nothing is retrained: run with --seeds 0 1 to resume it, with --seeds 0 1 2 3 to " \
+        "extend it with this command's runs, or drop --resume" in line
+
+
+def test_resume_dry_run_lists_what_is_done_and_only_what_would_train(space, tmp_path, capsys,
+                                                                      monkeypatch):
+    parent = _store_with_table(space, tmp_path, [0, 1], finished=(0,))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, out, err = run_in(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1",
+                                                       "--resume", "--dry-run"), capsys, monkeypatch)
+    assert rc == 0, err[-3000:]
+    assert (f"--resume would continue parent run {parent}: 4 of 8 runs done (MCSE seed 0; "
+            "KDMCSE seed 0; without AdapACSE seed 0; without threshold filtering seed 0), "
+            "4 would train (below)") in out, out
+    listed = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ") and "/seed-" in ln]
+    assert len(listed) == 4 and all(k.endswith("seed-1") for k in listed), listed
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
 def test_resume_of_a_store_from_an_older_version_says_the_hashes_changed(space, tmp_path, capsys,
