@@ -78,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         describe,
         dry_run_arrays,
         explain,
+        profile_notes,
         resume_preview,
         run_table,
     )
@@ -97,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         check_demo_fit(grid, args.cells)
     members = plan_runs(grid, opts.profile, args.seeds, args.cells,
                         seeds_from="--seeds" if args.seeds else f"grid {grid.name} seeds")
-    pre = check_campaign(members, opts, [seeds_checked], dry_run=args.dry_run)  # before Ray or MLflow
+    pre = check_campaign(members, opts, [seeds_checked], dry_run=args.dry_run,
+                         baseline=grid.baseline)  # before Ray or MLflow
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
@@ -122,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{len(arrays)} arrays, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")
         print(describe(arrays))
+        for note in profile_notes(members, opts.profile):
+            print(note)
         if not prof.get("data.demo") or args.gpu_type or args.rates or args.mfu is not None:
             print(cost_estimate(arrays, pre.total_steps, opts.gpus_per_trial, opts.max_concurrent,
                                 args.gpu_type or DEFAULT_GPU,

@@ -14,7 +14,7 @@ import torch
 
 from trainables.config import RunConfig
 from trainables.corpus import TextCorpus, Tokenize
-from trainables.feature_stats import FilterSample, sample_filter
+from trainables.feature_stats import NEARLY_ALL, FilterSample, sample_filter
 from trainables.objectives.methods import StoreView, method_of
 from trainables.store import FeatureStore
 
@@ -205,7 +205,8 @@ def threshold_sample(cfg: RunConfig, data: TrainingData) -> FilterSample | None:
             f"{s.n_pairs} sampled negatives of {data.pairs.path} (mean norms: clip_text "
             f"{s.text_norm:.3g}, {data.image_column} {s.image_norm:.3g}; median score "
             f"{s.median:.3g}), so both grounding terms would be 0; set {f.on_setting}="
-            f"cosine, a threshold above {s.p99:.3g} (the 99th percentile), or "
+            f"cosine, a threshold above {s.passes_above:.3g} (above it at most {NEARLY_ALL:.0%} "
+            f"are masked and the run may start; above the median {s.median:.3g}, under half), or "
             f"{f.setting}=None (the official scripts' setting)"
         )
     return s

@@ -35,6 +35,9 @@ class FilterSample:
     """median score of the sampled pairs"""
     p99: float
     """99th percentile of the sampled scores: a threshold above it masks about 1%"""
+    passes_above: float = float("-inf")
+    """the score quantile at 1 - NEARLY_ALL: a threshold above it masks at most NEARLY_ALL of the
+    negatives, so the pre-start check lets it run"""
 
     @property
     def nearly_all(self) -> bool:
@@ -71,4 +74,5 @@ def sample_filter(text: np.ndarray, image: np.ndarray, threshold: float, on: str
     if on == "cosine":
         scores = scores / np.maximum(tn * vn, 1e-12)
     return FilterSample(float((scores > threshold).mean()), n_pairs, float(tn.mean()),
-                        float(vn.mean()), float(np.median(scores)), float(np.quantile(scores, 0.99)))
+                        float(vn.mean()), float(np.median(scores)), float(np.quantile(scores, 0.99)),
+                        float(np.quantile(scores, 1 - NEARLY_ALL)))

@@ -562,6 +562,42 @@ def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_pe
     return format_estimate(est, assumed_gpus=gpus_per_trial is None)
 
 
+def profile_notes(runs: Sequence[RunPlan], profile: str | None) -> list[str]:
+    """The dry run's ``note:`` lines: one per setting a YAML profile names that not every cell
+    takes, saying which cells take it, which keep their own (a cell's or the grid's value) and
+    which do not read it (a method without that setting)."""
+    from trainables.config import flatten
+    from trainables.objectives.methods import setting_names
+    from trainables.profiles import profile_layers
+
+    name, values, layers = profile_layers(profile)
+    if name in ("demo", "paper"):
+        return []
+    first: dict[str, RunPlan] = {}
+    for r in runs:
+        first.setdefault(r.cell, r)
+    notes = []
+    for key, value in values.items():
+        if layers.get(key) != f"profile {name}":
+            continue  # inherited from its base
+        take, own, unread = [], [], []
+        for cell, r in first.items():
+            layer = r.origins.get(key)
+            if key.startswith("objective.") and key[10:] not in setting_names(r.run.objective.method):
+                unread.append(cell)
+            elif layer == f"profile {name}" or flatten(r.run.to_dict()).get(key) == value:
+                take.append(cell)
+            else:
+                v = flatten(r.run.to_dict()).get(key)
+                own.append(f"{cell} ({v}, {layer or 'its cell'})")
+        if own or unread:
+            parts = [f"taken by {', '.join(take)}" if take else "taken by no cell"]
+            parts += [f"kept by {', '.join(own)}"] if own else []
+            parts += [f"not read by {', '.join(unread)} (no such setting)"] if unread else []
+            notes.append(f"note: {key}={value} from profile {name}: {'; '.join(parts)}")
+    return notes
+
+
 def explain(runs: Sequence[RunPlan]) -> str:
     """``--dry-run --explain``: per cell, every setting that differs from its field default, its
     value and the layer that set it (``trainables.profiles.explain_config``). A cell's runs differ

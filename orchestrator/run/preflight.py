@@ -35,12 +35,16 @@ def check_demo_fit(grid, cells: Sequence[str] | None) -> None:
     if own:
         keys = sorted({k for c in grid.cells if c.name in own
                        for k in {**grid.base, **c.overrides} if k in DEMO_REPLACES})
-        which = "every cell" if len(own) == len(grid.cells) else f"cell(s) {own}"
+        which = ("every cell needs its" if len(own) == len(grid.cells)
+                 else f"cell(s) {own} need their")
+        rest = [c.name for c in grid.cells if c.name not in own]
+        leave = ("" if grid.baseline in own or not rest else  # --cells cannot leave the baseline
+                 f", or leave them out: --cells {' '.join(repr(c) if ' ' in c else c for c in rest if c != grid.baseline)}")
         raise ValueError(
-            f"grid {grid.name!r}: {which} need their own {', '.join(keys)} "
+            f"grid {grid.name!r}: {which} own {', '.join(keys)} "
             f"({grid.note or 'see the grid file'}), which the demo profile replaces with its "
-            "generated world; run them with --profile paper (or a YAML profile), or leave them "
-            "out with --cells")
+            f"generated world; run it on the real data: python -m orchestrator.ablate --grid "
+            f"{grid.name} --profile paper --dry-run (or a YAML profile){leave}")
 
 
 @dataclass(frozen=True)
@@ -186,9 +190,11 @@ def check_resources(opts: Options, members: Sequence[RunPlan] = ()) -> str:
             f"({here['CPU']:g} CPUs, {here['GPU']:g} GPUs)")
 
 
-def check_data(members: Sequence[RunPlan]) -> DataCheck:
+def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataCheck:
     """Open every distinct data source once and check each member's features against its
-    objective, before Ray starts. A refusal names the cells it hits and the ``--cells`` that run."""
+    objective, before Ray starts. A refusal names the cells it hits and the ``--cells`` that run,
+    unless it hits the ``baseline`` (which every ``--cells`` keeps): then where the refused
+    setting comes from, to change it there."""
     opened: dict = {}
     checked: set = set()
     keys: dict[str, str] = {}
@@ -208,8 +214,23 @@ def check_data(members: Sequence[RunPlan]) -> DataCheck:
         msg, cells = next(iter(failed.items()))
         ok = sorted({m.cell for m in members} - {c for cs in failed.values() for c in cs})
         hint = f"; the other cells run: --cells {' '.join(repr(c) for c in ok)}" if ok else ""
+        if baseline in cells:
+            hint = _baseline_hint(members, baseline, msg)
         raise ValueError(f"cell(s) {cells}: {msg}{hint}")
     return DataCheck(keys, steps, tuple(lines), tuple(warnings))
+
+
+def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
+    """A refusal of the baseline cannot be avoided with --cells: name where its refused setting
+    comes from (a profile, the grid), so the fix is made there."""
+    import re
+
+    first = next(m for m in members if m.cell == baseline)
+    named = [k for k in re.findall(r"\b([a-z_]+\.[a-z_]+)=", msg) if k in first.origins]
+    where = "; ".join(f"{k} comes from {first.origins[k]}" for k in dict.fromkeys(named))
+    return (f"; {baseline} is the baseline, which runs with any --cells, so change the setting "
+            f"where it is set" + (f" ({where}; a profile's setting can be removed there, each "
+                                   "cell then keeping its own)" if where else ""))
 
 
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
@@ -268,7 +289,8 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
 
 
 def check_campaign(members: Sequence[RunPlan], opts: Options,
-                   checked: Sequence[str] = (), dry_run: bool = False) -> DataCheck:
+                   checked: Sequence[str] = (), dry_run: bool = False,
+                   baseline: str | None = None) -> DataCheck:
     """Everything a table or search needs, before Ray or MLflow: refuses in one line, prints the
     warnings up front, returns what was checked. ``checked``: what the caller has already checked
     (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
@@ -295,7 +317,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     check_fetched(members)
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
-    data = check_data(members)
+    data = check_data(members, baseline)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
     return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings,

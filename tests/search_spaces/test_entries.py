@@ -175,9 +175,10 @@ def test_roberta_and_coco_rows_set_encoder_and_pairs(name, monkeypatch, tmp_path
 def test_the_demo_refuses_exactly_the_grids_that_need_their_own_data_or_encoder(name):
     g = load_grid(name)
     if name in ROBERTA_GRIDS | COCO_GRIDS:
-        with pytest.raises(ValueError, match=rf"grid '{name}': every cell need their own "
-                                             r".*--profile paper"):
+        with pytest.raises(ValueError, match=rf"grid '{name}': every cell needs its own "
+                                             r".*--profile paper") as refused:
             check_demo_fit(g, None)
+        assert "--cells" not in str(refused.value)  # every cell is refused: no dead end
     else:
         check_demo_fit(g, None)
 
@@ -408,3 +409,20 @@ def test_relative_bounds_keep_the_papers_range_on_the_paper_profile():
         lam.bounds(object())
     with pytest.raises(ValueError, match="which is None; give the space absolute bounds"):
         lam.bounds(ProfileTrial(None, {"objective.lam": None}))
+
+
+def test_a_demo_refusal_of_some_cells_advises_the_cells_that_pass():
+    from orchestrator.spec.grids import Cell, Grid
+
+    g = Grid("mixed", "t", (Cell("MCSE", {"objective.method": "mcse"}),
+                            Cell("KDMCSE", {"objective.method": "kdmcse"}),
+                            Cell("RoBERTa", {"objective.method": "mcse", "encoder": "roberta-base"})),
+             baseline="MCSE")
+    with pytest.raises(ValueError, match=r"cell\(s\) \['RoBERTa'\] need their own encoder") as e:
+        check_demo_fit(g, None)
+    assert str(e.value).endswith("or leave them out: --cells KDMCSE")
+    check_demo_fit(g, ["KDMCSE"])  # the advice passes
+    based = Grid("b", "t", g.cells, baseline="RoBERTa")
+    with pytest.raises(ValueError) as e:
+        check_demo_fit(based, ["KDMCSE"])  # the baseline cannot be left out
+    assert "--cells" not in str(e.value)

@@ -45,3 +45,19 @@ def test_memory_mapped_columns_and_bad_shapes(tmp_path):
         sample_filter(text, image[:, :8], 0.8)
     with pytest.raises(ValueError, match="threshold_on"):
         sample_filter(text, image, 0.8, "angle")
+
+
+def test_the_threshold_the_refusal_advises_is_the_lowest_that_passes():
+    """Issue 33: the refusal advised 'a threshold above 1.13' (the 99th percentile) when anything
+    above -0.05 passed; ``passes_above`` is the lowest threshold the check lets run."""
+    import numpy as np
+
+    from trainables.feature_stats import sample_filter
+
+    rng = np.random.default_rng(0)
+    common = rng.standard_normal(32)
+    text, image = (20 * (common + 0.3 * rng.standard_normal((300, 32))) / 5.7 for _ in range(2))
+    s = sample_filter(text, image, 0.8)
+    assert s.nearly_all and s.passes_above < s.median < s.p99
+    assert not sample_filter(text, image, s.passes_above + 1e-6).nearly_all
+    assert sample_filter(text, image, s.passes_above - abs(s.passes_above) * 0.05 - 1e-3).nearly_all

@@ -297,3 +297,24 @@ def test_paper_profile_with_no_data_names_mmemb_data_and_the_fetch_first(tmp_pat
                     "teachers/unsup-simcse-bert-base-uncased",
                     "the encoder bert-base-uncased (Hugging Face cache)"):
         assert missing in error, error
+
+
+def test_a_profile_setting_some_cells_keep_their_own_is_noted_and_a_refused_baseline_says_where(
+        files, tmp_path, capsys, monkeypatch):
+    """Issue 33: a profile's objective.threshold landed silently on the MCSE baseline while the
+    KDMCSE cell kept its own; its refusal then advised --cells, which always keeps the baseline."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"base: {files / 'ok.yaml'}\nobjective.threshold: 0.9\n")
+    rc, out, err = run_in(tmp_path, ablate.main, ["--grid", GRID, "--profile", str(mine),
+                                                  *table(files, tmp_path, "ok", "--dry-run")[4:]],
+                          capsys, monkeypatch)
+    assert rc == 0, err[-3000:]
+    notes = [ln for ln in out.splitlines() if ln.startswith("note: ")]
+    assert notes == ["note: objective.threshold=0.9 from profile mine: taken by MCSE; kept by "
+                     "KDMCSE (0.8, cell KDMCSE)"], out[-3000:]
+    big = tmp_path / "big.yaml"
+    big.write_text(f"base: {files / 'big_norms.yaml'}\nobjective.threshold: 0.8\n")
+    line = refused(tmp_path, ablate.main, ["--grid", GRID, "--profile", str(big),
+                                           *table(files, tmp_path, "ok")[4:]],
+                   "MCSE is the baseline, which runs with any --cells", capsys, monkeypatch)
+    assert "objective.threshold comes from profile big" in line and "--cells '" not in line, line
