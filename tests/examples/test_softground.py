@@ -113,3 +113,21 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
         assert tr.client.get_metric_history(c.info.run_id, "loss/grounding")  # its own term
     md = tr.load_artifact_text(parent.info.run_id, "report.md")
     assert "SoftGround tau_t=0.2" in md and "MCSE" in md
+
+
+def test_the_docs_example_starts_with_imports_that_work_and_explains_every_head_field():
+    """docs/methods.md shows the example's import lines first (``setting`` from
+    trainables.checks), and they run; its Head reference names every field of ``Head``."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from trainables.objectives.methods import Head
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
+    first = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert "from trainables.checks import" in first and "setting" in first
+    exec(compile(first, "docs/methods.md", "exec"), {})  # noqa: S102 - the docs' own lines
+    reference = text[text.index("### `Head`"):text.index("### What the loss receives")]
+    for f in dataclasses.fields(Head):
+        assert f"- `{f.name}`" in reference, f.name
