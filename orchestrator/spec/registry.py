@@ -36,20 +36,40 @@ def _import(module: str, where: str) -> Any:
     try:
         return importlib.import_module(module)
     except Exception as e:  # whatever a user's module raises: one line naming the file
-        raise ValueError(f"{where}: {_failure(e, where)}; fix that file") from None
+        raise ValueError(_broken(e, where)) from None
 
 
-def _failure(e: BaseException, where: str) -> str:
-    """``line N: SomeError: message`` of an exception raised while importing ``where``."""
+_OURS = tuple(str(Path(__file__).resolve().parents[2] / d) for d in ("orchestrator", "trainables"))
+"""the packages that load a user's files: a failure inside them is not the file at fault"""
+
+
+def _at_fault(e: BaseException, where: str) -> tuple[str, int | None]:
+    """(file, line) at fault for an exception raised while importing ``where``: the file of a
+    SyntaxError, else the innermost frame in a file of the user's (not Python's, a library's or
+    mmemb's own), so a grid importing a broken method file names the method file."""
+    import sysconfig
     import traceback
 
-    line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
-                 if f.filename.endswith(Path(where).name)), None)
-    if isinstance(e, SyntaxError):
-        line = e.lineno
+    if isinstance(e, SyntaxError) and e.filename:
+        return e.filename, e.lineno
+    libs = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")
+              and not f.filename.startswith((*_OURS, *filter(None, libs)))]
+    if frames:
+        return frames[-1].filename, frames[-1].lineno
+    return where, None
+
+
+def _broken(e: BaseException, where: str) -> str:
+    """One line for a file that failed to import: the file at fault, its line, the error."""
+    file, line = _at_fault(e, where)
+    same = Path(file).name == Path(where).name
     msg = " ".join(str(e).split()) or type(e).__name__
+    msg = msg if isinstance(e, ValueError) else f"{type(e).__name__}: {msg}"
     at = f"line {line}: " if line else ""
-    return f"{at}{msg}" if isinstance(e, ValueError) else f"{at}{type(e).__name__}: {msg}"
+    head = where if same else file
+    by = "" if same else f" (imported by {where})"
+    return f"{head}: {at}{msg}; fix that file{by}"
 
 
 def _entry(name: str, kind: str) -> Any:
@@ -99,7 +119,7 @@ def _from_file(path: str, attr: str) -> Any:
         spec.loader.exec_module(mod)  # type: ignore[union-attr]
     except Exception as e:  # whatever a user's file raises: one line naming it
         sys.modules.pop(name, None)
-        raise ValueError(f"{p}: {_failure(e, str(p))}; fix that file") from None
+        raise ValueError(_broken(e, str(p))) from None
     finally:
         if added:
             sys.path.remove(folder)

@@ -146,6 +146,20 @@ def test_a_grid_file_is_validated_like_a_named_grid(case, space, tmp_path, capsy
     assert str(path) in line
 
 
+def test_a_grid_importing_a_broken_method_file_names_the_method_file(space, tmp_path, capsys,
+                                                                     monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "my_method.py").write_text("import math\n\nWEIGHT = math.sqrt(undefined)\n")
+    path = tmp_path / "my_grid.py"
+    path.write_text("import my_method  # noqa: F401\n" + GRID_FILES["bad-setting"][0])
+    argv = ["--grid", str(path), *table(space, work, "--dry-run")[2:]]
+    line = refused(work, ablate.main, argv, f"{tmp_path / 'my_method.py'}: line 3: NameError: "
+                   f"name 'undefined' is not defined; fix that file (imported by {path})",
+                   capsys, monkeypatch)
+    assert line.startswith(f"error: {tmp_path / 'my_method.py'}"), line
+
+
 # --- rows 8 and 9: what --resume finds ----------------------------------------------------------
 def _store_with_table(space: Path, work: Path, seeds: list[int], hashes: str = "same",
                       finished: tuple[int, ...] = ()):
