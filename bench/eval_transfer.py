@@ -1,6 +1,6 @@
 """SentEval's seven transfer tasks on MiniLM-L6 (mean pooling): accuracy and seconds per task.
 
-Usage: python bench/eval_transfer.py [SENTEVAL_DOWNSTREAM_DIR] [--modes full fast] [--tasks MR ...]
+Usage: python bench/eval_transfer.py [SENTEVAL_DOWNSTREAM_DIR, default $MMEMB_DATA/senteval/downstream] [--modes full fast] [--tasks MR ...]
                                      [--cache DIR] [--json FILE]
 Each task's sentences are encoded once, then probed in every mode asked for, as
 ``trainables.transfer.evaluate_transfer`` does (its ``probe_task``). Prints per task: the test
@@ -31,7 +31,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval" / "downstream"
+DEFAULT = Path(os.environ.get("MMEMB_DATA") or "data") / "senteval" / "downstream"
+"""the paper profile's layout (python -m trainables.fetch paper --only senteval brings it)"""
 
 
 def header(argv: list[str], probe_threads: int = 1) -> str:
@@ -85,7 +86,9 @@ def main() -> None:
     from trainables.transfer import TRANSFER_TASKS, load_task, probe_task
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("data_dir", nargs="?", default=str(DEFAULT))
+    p.add_argument("data_dir", nargs="?", default=str(DEFAULT),
+                   help="SentEval's 'downstream' folder (default: $MMEMB_DATA/senteval/downstream, "
+                        f"here {DEFAULT})")
     p.add_argument("--modes", nargs="+", default=["full", "fast"], choices=["full", "fast"])
     p.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), choices=TRANSFER_TASKS)
     p.add_argument("--batch-size", type=int, default=128, help="encoding batch size")
@@ -95,6 +98,10 @@ def main() -> None:
                    help="train every probe fit alone (SentEval's way) instead of batched")
     p.add_argument("--probe-threads", type=int, default=1, help="torch threads of the probes")
     args = p.parse_args()
+    fix = ("pass SentEval's 'downstream' folder, set MMEMB_DATA, or fetch it: python -m "
+           "trainables.fetch paper --only senteval")
+    if not Path(args.data_dir).is_dir():
+        raise SystemExit(f"error: no SentEval data at {args.data_dir}; {fix}")
     if args.unbatched:
         transfer.fit_many = fit_alone
     if args.probe_threads != 1:
@@ -116,7 +123,10 @@ def main() -> None:
 
     rows: dict[str, dict] = {}
     for name in args.tasks:
-        task = load_task(args.data_dir, name)
+        try:
+            task = load_task(args.data_dir, name)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"error: {e}; {fix}") from None
         cache = Path(args.cache) / f"{name}.npz" if args.cache else None
         t0, c0 = time.perf_counter(), time.process_time()
         emb = None

@@ -58,7 +58,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # a fresh clone: python bench/...
-SENTEVAL = ROOT.parent / "shared" / "data" / "senteval" / "downstream"
+SENTEVAL = Path(os.environ.get("MMEMB_DATA") or "data") / "senteval" / "downstream"
+"""the real SentEval data, in the paper profile's layout (python -m trainables.fetch paper
+--only senteval brings it); read before this script points MMEMB_DATA at its own folder"""
 PARTS = ("generate", "measure", "e2e")
 WIKI1M = 1_000_000
 REVISION = "0" * 40
@@ -192,7 +194,9 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
 
     s.check()
     if not (senteval / "STS" / "STSBenchmark").is_dir():
-        raise FileNotFoundError(f"SentEval data not found at {senteval}; pass --senteval DOWNSTREAM_DIR")
+        raise FileNotFoundError(f"SentEval data not found at {senteval}; pass --senteval "
+                                "DOWNSTREAM_DIR, set MMEMB_DATA, or fetch it: python -m "
+                                "trainables.fetch paper --only senteval")
     p = layout(out)
     want = {"sizes": asdict(s), "version": 1}
     done = json.loads(p["manifest"].read_text()) if p["manifest"].is_file() else {}
@@ -477,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("/tmp/mmemb-paper"),
                    help="where the data, models and results go (outside the repository)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    p.add_argument("--senteval", type=Path, default=SENTEVAL, help="the real SentEval 'downstream' folder")
+    p.add_argument("--senteval", type=Path, default=SENTEVAL,
+                   help="the real SentEval 'downstream' folder (default: "
+                        f"$MMEMB_DATA/senteval/downstream, here {SENTEVAL})")
     p.add_argument("--steps", type=int, default=2, help="training steps (a caption step, then text steps)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     for f in ("text_lines", "images", "captions_per_image", "dim", "hidden", "layers", "heads"):

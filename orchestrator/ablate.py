@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
             print(said)
             arrays = [t for p in arrays if (t := p.without(done)) is not None]
         print(f"{grid.title}\n{len(members)} runs ({len(cells)} cells x {len(seeds)} seeds) in "
-              f"{len(arrays)} arrays, up to {slots} at once"
+              f"{len(arrays)} array{'s' * (len(arrays) != 1)}, up to {slots} at once"
               f"{'' if not opts.address else ' (on the cluster: as --max-concurrent allows)'}")
         print(describe(arrays))
         for note in profile_notes(members, opts.profile):

@@ -132,7 +132,8 @@ def _run(args: argparse.Namespace) -> int:
                     if ctrl else "") + f", profile {kind}.")
     if args.dry_run:
         arrays, slots = dry_run_arrays(members, array_keys, "calibration", opts)
-        print(f"calibration: {runs_line}\n{len(members)} runs in {len(arrays)} arrays, up to "
+        print(f"calibration: {runs_line}\n{len(members)} runs in {len(arrays)} "
+              f"array{'s' * (len(arrays) != 1)}, up to "
               f"{slots} at once")
         print(describe(arrays))
         print("\n".join(f"checked: {line}" for line in pre.checked))

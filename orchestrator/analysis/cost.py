@@ -365,7 +365,8 @@ def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:
              f"{len(a)} arrays of {min(sizes)} to {max(sizes)}")
     lines = [
         "cost: an ESTIMATE, not a measurement (basis below; bench/README.md has the figures)",
-        f"  {est.runs} runs in {shape} members, {est.gpus_per_trial:g} {per} per array"
+        f"  {est.runs} runs in {shape} member{'s' * (max(sizes) != 1)}, "
+        f"{est.gpus_per_trial:g} {per} per array"
         f"{' (assumed: --gpus-per-trial not given)' if assumed_gpus else ''}, "
         f"{est.concurrent} array{'s' * (est.concurrent > 1)} at once",
         f"  training: {sum(x.member_steps for x in a):,} member-steps (optimiser steps x runs), "

@@ -318,3 +318,18 @@ def test_a_profile_setting_some_cells_keep_their_own_is_noted_and_a_refused_base
                                            *table(files, tmp_path, "ok")[4:]],
                    "MCSE is the baseline, which runs with any --cells", capsys, monkeypatch)
     assert "objective.threshold comes from profile big" in line and "--cells '" not in line, line
+
+
+def test_dry_run_says_one_array_and_one_member_in_the_singular(files, tmp_path, capsys,
+                                                               monkeypatch):
+    rc, out, err = run_in(tmp_path, ablate.main, table(files, tmp_path, "ok", "--dry-run", "--seeds",
+                                                       "0", "1", "--array-size", "4"),
+                          capsys, monkeypatch)
+    assert rc == 0, err[-3000:]
+    assert "in 1 array, up to" in out and "in 1 array of 4 members" in out, out
+    rc, out, err = run_in(tmp_path, ablate.main, table(files, tmp_path, "ok", "--dry-run", "--seeds",
+                                                       "0", "1", "--array-size", "1"),
+                          capsys, monkeypatch)
+    assert rc == 0, err[-3000:]
+    assert "in 4 arrays of 1 member," in out, out
+    assert not re.search(r"\b1 (arrays|members)\b", out), out
