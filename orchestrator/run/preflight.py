@@ -99,6 +99,7 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
 
     root = data_root()
     missing: dict[str, None] = {}
+    encoders: dict[str, None] = {}
     fetchable = {i.cache_name for i in PAPER if i.cache_name}
     for m in members:
         cfg = m.run
@@ -116,7 +117,11 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
 
             if not isinstance(try_to_load_from_cache(cfg.encoder, "config.json",
                                                      cache_dir=str(hub_cache())), str):
-                missing[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
+                encoders[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
+    from trainables.model import _hub_offline
+
+    if missing or _hub_offline():  # online, a lone uncached encoder is downloaded on first use
+        missing.update(encoders)
     if missing:
         raise ValueError(f"$MMEMB_DATA={root} lacks what these runs read: run python -m "
                          "trainables.fetch paper (it downloads what it can and says how to bring "
