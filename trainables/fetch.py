@@ -297,6 +297,11 @@ def download(remote: Remote, dest: Path, label: str, progress: bool = True) -> N
     if have > remote.size:
         part.unlink()
         have = 0
+    free = shutil.disk_usage(dest.parent).free
+    if free < remote.size - have:
+        raise FetchError(f"{label}: {_size(remote.size - have)} to download but {dest.parent} has "
+                         f"{_size(free)} free; free some space (or point MMEMB_DATA / "
+                         "HF_HUB_CACHE at a larger disk) and run again")
     bar = tqdm(total=remote.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
                desc=label, disable=not progress, leave=False)
     tries, reason = 0, ""
@@ -507,8 +512,9 @@ def dry_run(items: tuple[Item, ...], manual: tuple[Manual, ...], root: Path, man
             url = (hf_hub_url(item.repo, name, repo_type=item.repo_type, revision=item.revision,
                               endpoint=base) if item.files
                    else f"{base}/{item.repo} @ {item.revision}")
-            say(f"  {name}  about {item.approx}  sha256: the hub's published LFS hash "
-                f"(git blob id for small files), checked at download  {url}")
+            check = ("sha256: the hub's published LFS hash" if item.files else
+                     "sha256 (weights) or git blob id (small files), as the hub publishes them")
+            say(f"  {name}  about {item.approx}  {check}, checked at download  {url}")
     _say_manual(manual, say)
 
 
@@ -551,22 +557,31 @@ def main(argv: list[str] | None = None) -> int:
     root = data_root(args.data)
     say = print
     try:
-        man = Manifest.load(root)
         if args.dry_run:
             say(f"fetch {args.target} --dry-run: $MMEMB_DATA={root}, Hugging Face cache "
                 f"{hub_cache()}, source {endpoint()}")
-            dry_run(items, manual, root, man, say)
+            dry_run(items, manual, root, Manifest.load(root), say)
             return 0
-        say(f"fetch {args.target}: into $MMEMB_DATA={root} and the Hugging Face cache {hub_cache()}")
-        for item in items:
-            state = fetch_item(item, root, man, say, progress=not args.no_progress)
-            say(f"  {item.name}: {state} ({item.what})")
+        from trainables.filelock import file_lock
+
+        (root / MANIFEST.parent).mkdir(parents=True, exist_ok=True)
+        with file_lock(root / MANIFEST.parent / "lock"):  # a second fetch waits its turn
+            return _fetch(args, items, manual, root, say)
     except FetchError as err:
         print(f"fetch: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fetch: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+
+
+def _fetch(args: argparse.Namespace, items: tuple[Item, ...], manual: tuple[Manual, ...],
+           root: Path, say: Callable[[str], None]) -> int:
+    man = Manifest.load(root)
+    say(f"fetch {args.target}: into $MMEMB_DATA={root} and the Hugging Face cache {hub_cache()}")
+    for item in items:
+        state = fetch_item(item, root, man, say, progress=not args.no_progress)
+        say(f"  {item.name}: {state} ({item.what})")
     _say_manual(manual, say)
     say(f"ready: export MMEMB_DATA={root}, then: python -m orchestrator.ablate --grid table3 "
         "--profile paper --dry-run")

@@ -155,3 +155,17 @@ def test_offline_mode_is_named_with_the_fix(env, monkeypatch, capsys):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert fetch.main(["paper", "--only", "wiki1m"]) == 1
     assert "HF_HUB_OFFLINE=0" in capsys.readouterr().err
+
+
+def test_a_disk_too_small_is_said_before_downloading(env, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 100, 100))
+    hub = paper_hub()
+    with Serving(hub) as url:
+        assert run(url, monkeypatch, "--only", "wiki1m") == 1
+    err = capsys.readouterr().err
+    assert "to download but" in err and "100 B free" in err and "larger disk" in err, err
+    assert hub.downloads("wiki1m_for_simcse.txt") == []
