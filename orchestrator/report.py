@@ -42,7 +42,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"run {args.run} is not a table parent run (no grid.json artifact); "
                          "pass the parent run id printed by orchestrator.ablate") from None
     out = out or report_dir(tracker, spec["name"], args.run)
-    analysis, md, upload_error = build_report(tracker, args.run, spec, out)
+    extra = lead = ""
+    if parent.data.tags.get(f"{TAG}kind") == "search":  # its section, its verdict first, again
+        try:
+            extra = tracker.load_artifact_text(args.run, "search.md")
+        except Exception:  # noqa: BLE001 - a search stopped before its end has none
+            extra = ""
+        lead = next((ln for ln in extra.splitlines() if ln.startswith("**Against ")), "")
+    analysis, md, upload_error = build_report(tracker, args.run, spec, out, extra_md=extra,
+                                              lead_md=lead)
     print(md)
     print(f"\nreport files: {out}")
     if upload_error:

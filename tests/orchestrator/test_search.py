@@ -78,6 +78,18 @@ def test_search_rounds_finalists_and_confirmation(run):
     assert md.startswith("**Against MCSE:** the winner is ")  # the first line, plainly
 
 
+def test_the_verdict_stays_the_first_line_when_the_report_is_rendered_again(run, capsys):
+    from orchestrator import report
+
+    d, _, _ = run
+    tr, parent, _ = parent_and_kids(d)
+    out = d / "again"
+    assert report.main(["--run", parent.info.run_id, "--tracking-uri",
+                        f"sqlite:///{d / 'mlflow.db'}", "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert md.startswith("**Against MCSE:** the winner is ") and "## Search: " in md
+
+
 def test_resume_adds_nothing_when_done(run, capsys):
     d, argv, _ = run
     capsys.readouterr()

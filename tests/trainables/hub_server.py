@@ -129,11 +129,11 @@ SENTEVAL_DIRS = ("STS/STS12-en-test", "STS/STS13-en-test", "STS/STS14-en-test",
                  "CR", "SUBJ", "MPQA", "SST/binary", "TREC", "MRPC")
 
 
-def senteval_tar() -> bytes:
-    """A small tar in SimCSE's layout: ``downstream/<task>/...`` for every task."""
+def senteval_tar(dirs=SENTEVAL_DIRS) -> bytes:
+    """A small tar in SimCSE's layout: ``downstream/<task>/...`` for every task in ``dirs``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in SENTEVAL_DIRS:
+        for d in dirs:
             data = f"stand-in for {d}\n".encode()
             info = tarfile.TarInfo(f"downstream/{d}/data.txt")
             info.size = len(data)

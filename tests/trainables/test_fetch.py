@@ -169,3 +169,21 @@ def test_a_disk_too_small_is_said_before_downloading(env, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "to download but" in err and "100 B free" in err and "larger disk" in err, err
     assert hub.downloads("wiki1m_for_simcse.txt") == []
+
+
+def test_an_archive_without_transfer_tasks_lands_sts_and_says_what_is_missing(
+        env, monkeypatch, capsys):
+    from tests.trainables.hub_server import SENTEVAL_DIRS, senteval_tar
+
+    hub = paper_hub()
+    files = hub.repos[("dataset", fetch.SIMCSE_DATA)]
+    files["senteval.tar"] = senteval_tar([d for d in SENTEVAL_DIRS if d not in ("MR", "TREC")])
+    with Serving(hub) as url:
+        assert run(url, monkeypatch, "--only", "senteval") == 0
+        assert "senteval.tar has no MR, TREC: the transfer tasks need them" in capsys.readouterr().out
+        assert (env / "data/senteval/downstream/STS/STSBenchmark/data.txt").is_file()
+        files["senteval.tar"] = senteval_tar([d for d in SENTEVAL_DIRS if d != "SICK"])
+        monkeypatch.setenv("MMEMB_DATA", str(env / "other"))
+        assert run(url, monkeypatch, "--only", "senteval") == 1
+    assert "senteval: senteval.tar lacks SICK" in capsys.readouterr().err
+    assert not (env / "other/senteval/downstream").exists()
