@@ -77,6 +77,8 @@ class Session:
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
         self.parent: str | None = None
+        self.code_change = ""
+        """'<then> -> <now>' when --resume continues a parent trained by other code"""
         self.resumed = False
         self.extended = False
         """--resume found a parent of a subset of this plan (--cells, fewer seeds) and extends it"""
@@ -119,18 +121,25 @@ class Session:
         c = self.campaign
         found = self.tracker.find_parent(c.plan_id)
         if not self.opts.resume:
-            if found is not None and found.info.status != "FINISHED" and not quiet:
-                print(f"note: an unfinished {c.kind} of this plan is in the store (parent "
-                      f"{found.info.run_id}, {found.info.status}); this starts a new one, "
-                      "--resume would continue it", file=sys.stderr, flush=True)
+            # A plain rerun trains anew under a new parent (the parent names the Train runs):
+            # it never reports another table's results; --resume is the way to reuse them.
+            if found is not None and not quiet:
+                unfinished = found.info.status != "FINISHED"
+                print(f"note: {'an unfinished' if unfinished else 'a finished'} {c.kind} of "
+                      f"this plan is in the store (parent {found.info.run_id}, "
+                      f"{found.info.status}); this trains every run anew under a new parent, "
+                      f"--resume would {'continue' if unfinished else 'reuse'} it",
+                      file=sys.stderr, flush=True)
             return None
         if found is not None:
+            self._code_changed(found)
             return found.info.run_id
         grid = c.tags.get("mmemb.grid")
         subset = grid and self.tracker.parent_to_extend(
             c.kind, grid, c.plan_id, {m.key: m.config_hash for m in c.members})
         if subset:
             self.extended = True
+            self._code_changed(self.tracker.client.get_run(subset))
             return subset
         tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
         latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
@@ -148,6 +157,19 @@ class Session:
                          f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
                          f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
                          "drop --resume to start this plan anew")
+
+    def _code_changed(self, parent: Any) -> None:
+        """--resume across a code change says so: the runs it keeps came from other code."""
+        from orchestrator.tracking.provenance import code_version
+
+        then, now = parent.data.tags.get("mmemb.code_version"), code_version()
+        change = f"{then} -> {now}" if then and then != now else ""
+        said, self.code_change = self.code_change, change
+        if change and change != said:  # once, though the parent is looked up twice
+            print(f"note: --resume across a code change: the {self.campaign.kind}'s finished runs "
+                  f"were trained by code {then}, this is {now}; they are kept as they are (start "
+                  "without --resume to train every run with this code)", file=sys.stderr,
+                  flush=True)
 
     def _start(self, reopen: str | None, heartbeat: bool) -> None:
         import json
@@ -184,6 +206,8 @@ class Session:
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        if reopen is not None and self.code_change:  # the first version stays the parent's
+            tags["mmemb.code_resumed"] = self.code_change
         if self.extended:  # the subset's parent becomes this plan's: its runs are reused
             print(f"--resume: extending parent run {reopen}, which ran a subset of these runs "
                   "(its finished runs are reused)", flush=True)
@@ -278,7 +302,9 @@ class Session:
             self.array_keys.update(check_data(new).array_keys)
         # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
         # Train checkpoint) whenever none of its members finished.
-        arrays = noted([t for t in (
+        # The parent names the Train runs: a plain rerun (a new parent) trains anew instead of
+        # restoring the finished checkpoints of another table of the same plan on this storage.
+        arrays = noted([replace(t, parent=self.parent) for t in (
             p.without(done) for p in pack(members, self.array_keys, self.campaign.name,
                                           self.storage, opts.cpus_per_trial,
                                           self.resources.gpus_per_trial, opts.max_failures,

@@ -62,14 +62,20 @@ class ArrayPlan:
     keep_checkpoints: bool = False
     halving: tuple[tuple[int, ...], float] | None = None
     """search only: (rung steps, eta) of the successive halving of member groups in the array"""
+    parent: str = ""
+    """the MLflow parent run (the table or search) these trainings belong to: part of the Train
+    run's name, so a plain rerun (a new parent) never restores another table's checkpoints,
+    while ``--resume`` (which reopens the parent) continues its own"""
     note: str = ""
     """why the array trains slower than a stacked one ('' when its encoder stacks): the looped
     fallback's line (``trainables.arrays.looped``), set by ``orchestrator.run.campaign.noted``"""
 
     @property
     def name(self) -> str:
-        """Stable per member set: a resumed array finds its Train run's checkpoints."""
-        blob = json.dumps(sorted((m.key, m.config_hash) for m in self.members))
+        """Stable per member set and parent run: a resumed array finds its Train run's
+        checkpoints; the same members under another parent are another Train run."""
+        runs = sorted((m.key, m.config_hash) for m in self.members)
+        blob = json.dumps([runs, self.parent] if self.parent else runs)
         return f"{path_part(self.campaign)}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
     @property

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking.provenance import git_state
+from orchestrator.tracking.provenance import code_version, git_state
 
 EXPERIMENT = "mmemb"
 TAG = "mmemb."  # prefix of our tags
@@ -250,7 +250,8 @@ class Tracker:
                 self.client.set_tag(reopen, k, v)
             return reopen
         run = self.client.create_run(self.experiment_id, run_name=name, tags={
-            f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(), **tags,
+            f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(),
+            f"{TAG}code_version": code_version(), **tags,
         })
         if summary is not None:
             self.client.log_text(run.info.run_id, json.dumps(summary, indent=1), "plan.json")

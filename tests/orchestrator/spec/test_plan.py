@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
@@ -70,6 +71,11 @@ def test_groups_stay_together_and_names_are_stable_per_member_set():
     assert t.without([]) is t and t.without([m.key for m in t.members]) is None
     rest = t.without([t.members[0].key])
     assert isinstance(rest, ArrayPlan) and rest.name != t.name  # a new member set, a new run
+    # the same members under another parent (a plain rerun) are another Train run; under the
+    # same parent (--resume reopens it) the same one, whose checkpoints it continues
+    mine = replace(t, parent="p1")
+    assert mine.name != t.name and mine.name != replace(t, parent="p2").name
+    assert mine.name == replace(t, parent="p1").name
 
 
 def test_plan_id_depends_on_members_not_packing():
