@@ -326,12 +326,17 @@ class ArrayTrainer:
         flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
                            + [masked[j].detach().float() for j in sorted(masked)])
         ok = torch.isfinite(flat)
-        if self.world > 1:  # every worker drops the same members
+        if self.world > 1:
+            # Every worker drops the same members: a term is bad when it is bad on any worker,
+            # and the filter's stop rule reads the fraction masked over all workers' rows (each
+            # worker sees its own shard of the batch). One all-reduce for both.
             import torch.distributed as dist
 
-            ok = ok.to(torch.int32)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            ok = ok.bool()
+            n = flat.numel() - len(masked)
+            both = torch.cat([(~ok).float(), torch.nan_to_num(flat[n:].float(), nan=0.0)])
+            dist.all_reduce(both)
+            ok = both[: flat.numel()] == 0
+            flat = torch.cat([flat[:n], both[flat.numel():] / self.world])
         ok_list, vals = ok.tolist(), flat.tolist()
         out: dict[int, str] = {}
         pos = 0
@@ -416,7 +421,7 @@ class ArrayTrainer:
                 mm.update(stsb_dev=scores[j], best_stsb_dev=r.best, best_step=r.best_step,
                           elapsed_s=time.time() - t0)
             metrics["members"].append(mm)
-        if self.step in self.rungs and self.rank == 0:
+        if self.step in self.rungs:  # every rank: they must keep the same members
             metrics["members"] += self._halve(dict(zip([m.key for m in self.alive], scores, strict=True)))
         metrics["members"] += self._failures()
         ckpt_dir = None
@@ -427,12 +432,25 @@ class ArrayTrainer:
 
     def _halve(self, scores: dict[str, float]) -> list[dict[str, Any]]:
         """Successive halving at a rung: keep the best 1/eta of the groups by their mean dev
-        score (a configuration is judged on all its seeds), drop the rest from the array."""
-        by_group: dict[str, list[float]] = {}
-        for m in self.alive:
-            by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
-        ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
-        keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
+        score (a configuration is judged on all its seeds), drop the rest from the array.
+
+        Only rank 0 has dev scores: it decides and every other rank drops what it says, so the
+        workers' stacked parameters keep one shape (a rank that kept more members would fail the
+        next gradient all-reduce)."""
+        keep: set[str] | None = None
+        if self.rank == 0:
+            by_group: dict[str, list[float]] = {}
+            for m in self.alive:
+                by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
+            ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
+            keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
+        if self.world > 1:
+            import torch.distributed as dist
+
+            box = [keep]
+            dist.broadcast_object_list(box, src=0)
+            keep = box[0]
+        assert keep is not None
         out, drop = [], {}
         for j, m in enumerate(self.alive):
             if self.groups[m.key] not in keep:
