@@ -134,7 +134,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             queue.put_nowait({**item, "progress": 1})
 
     finals = trainer.fit(report, workdir, progress if queue is not None and rank == 0 else None)
-    failed = {m.key: m.record.error for m in trainer.members if m.record.error}
+    failed = trainer.failed
     metrics: dict[str, Any] = {"step": trainer.step, FINAL_KEY: 1, "placement_group": pg_id,
                                "total_steps": trainer.total_steps,
                                "node_id": ray.get_runtime_context().get_node_id()}
