@@ -95,6 +95,18 @@ def quiet_tune_state_errors() -> None:
     log = logging.getLogger("ray.tune.execution.experiment_state")
     if not any(isinstance(f, _OneLine) for f in log.filters):
         log.addFilter(_OneLine())
+    # "ERROR tune.py: Trials did not complete: [trial_fn_abc12, ...]" names Tune's trials, which
+    # a table's user never sees; each failed run already has its one line with the reason.
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _NoIncompleteTrials) for f in tune_log.filters):
+        tune_log.addFilter(_NoIncompleteTrials())
+
+
+class _NoIncompleteTrials:
+    """A logging filter that drops Tune's closing list of the trials that did not complete."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Trials did not complete")
 
 
 _NOISE = ("PYTHON worker processes have been started",)
