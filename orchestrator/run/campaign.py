@@ -432,7 +432,7 @@ class Session:
         except Exception as e:  # the links are a convenience; the table's result stands
             print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
         if not complete:
-            print("some runs failed; run the same command with --resume to run only those",
+            print(closing_advice([why for m in self._mirrors for why in m.failures.values()]),
                   file=sys.stderr)
             return 1
         return 0
@@ -444,6 +444,28 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
+
+
+DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
+                 "threshold filter masked every negative")
+"""reasons a run fails the same way every time (its settings, its method's code, its seed): a
+``--resume`` alone would repeat them (``trainables.arrays.trainer``)"""
+
+
+def closing_advice(reasons: Sequence[str]) -> str:
+    """What to do about the failed runs: fix a deterministic failure (the report's 'Failed runs'
+    names each), resume after anything else (a worker, a node or the driver that died)."""
+    fixed = [r for r in reasons if any(d in r for d in DETERMINISTIC)]
+    if reasons and len(fixed) == len(reasons):
+        return (f"{len(fixed)} run(s) failed for a reason in their settings or method (see "
+                "'Failed runs' above): --resume alone would fail them the same way; fix the "
+                "setting or the method first, then run the same command with --resume to train "
+                "only those")
+    if fixed:
+        return (f"some runs failed: {len(fixed)} for a reason in their settings or method (fix "
+                "those first, see 'Failed runs' above), the others for reasons a rerun can get "
+                "past; run the same command with --resume to run only the failed ones")
+    return "some runs failed; run the same command with --resume to run only those"
 
 
 class DiskFull(OSError):

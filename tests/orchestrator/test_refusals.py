@@ -347,3 +347,31 @@ def test_a_bad_study_storage_is_refused_before_anything(url, message, space, tmp
             "2", "--storage", str(tmp_path / "runs"), "--tracking-uri",
             f"sqlite:///{tmp_path / 'mlflow.db'}", "--study-storage", url, "--dry-run"]
     refused(tmp_path, search.main, argv, message, capsys, monkeypatch)
+
+
+# --- issue 31: a plug-in whose head does not fit its loss ---------------------------------------
+MISFIT_GRID = '''
+import tests.trainables.misfit_method  # noqa: F401  (registers "misfit")
+
+from orchestrator.spec.grids import Cell, Grid
+
+GRID = Grid(name="misfit", title="a plug-in whose head does not fit its loss",
+            cells=(Cell("MCSE", {"objective.method": "mcse"}),
+                   Cell("Misfit", {"objective.method": "misfit"})),
+            baseline="MCSE", seeds=(0, 1))
+'''
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_plugin_whose_head_does_not_fit_its_loss_is_refused_before_anything_trains(
+        dry, space, tmp_path, capsys, monkeypatch):
+    grid = space / "misfit_grid.py"
+    grid.write_text(MISFIT_GRID)
+    argv = ["--grid", str(grid), "--profile", str(space / "tiny.yaml"), "--storage",
+            str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+            *(["--dry-run"] if dry else [])]
+    line = refused(tmp_path, ablate.main, argv, "method 'misfit' fails one text batch", capsys,
+                   monkeypatch)
+    assert "cell(s) ['Misfit']" in line and "aux (linear z 32->7)" in line, line
+    assert "hidden 32" in line and "size of tensor a (7)" in line and "fix the method" in line
+    assert "--resume" not in line
