@@ -375,3 +375,130 @@ def test_a_plugin_whose_head_does_not_fit_its_loss_is_refused_before_anything_tr
     assert "cell(s) ['Misfit']" in line and "aux (linear z 32->7)" in line, line
     assert "hidden 32" in line and "size of tensor a (7)" in line and "fix the method" in line
     assert "--resume" not in line
+
+
+# --- issue 31: stores that are not what they seem ------------------------------------------------
+def _sqlite_header(pages: int) -> bytes:
+    """The 100-byte header of a SQLite file of ``pages`` 4096-byte pages (change counters equal)."""
+    head = bytearray(100)
+    head[:16] = b"SQLite format 3\x00"
+    head[16:18] = (4096).to_bytes(2, "big")
+    head[24:28] = head[92:96] = (7).to_bytes(4, "big")
+    head[28:32] = pages.to_bytes(4, "big")
+    return bytes(head)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"this is my lab notebook, not a database\n", "is not a SQLite database"),
+    (_sqlite_header(10) + b"\0" * 4000, "is cut short (4100 of 40960 bytes)"),
+], ids=["not-sqlite", "truncated"])
+def test_a_store_file_that_is_not_a_whole_sqlite_database_is_refused(content, message, space,
+                                                                     tmp_path, capsys,
+                                                                     monkeypatch):
+    (tmp_path / "mlflow.db").write_bytes(content)
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run"), message, capsys,
+                   monkeypatch)
+    assert f"mv {tmp_path / 'mlflow.db'} {tmp_path / 'mlflow.db'}.bad" in line
+    refused(tmp_path, report.main, ["--run", "0" * 32], message, capsys, monkeypatch)
+    assert (tmp_path / "mlflow.db").read_bytes() == content
+
+
+def test_a_database_store_without_its_driver_is_refused(space, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("sqlalchemy")
+    try:
+        import psycopg  # noqa: F401
+        pytest.skip("a PostgreSQL driver is installed")
+    except ImportError:
+        pass
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--tracking-uri") + 1] = "postgresql://me:secret@db.lab:5432/mlflow"
+    line = refused(tmp_path, ablate.main, argv, "the Python driver for this database is not "
+                   "installed", capsys, monkeypatch)
+    assert "pip install" in line and "secret" not in line
+
+
+class _NotMlflow(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_that_is_not_mlflow_is_named_as_such(space, tmp_path, capsys, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMlflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        argv = table(space, tmp_path, "--dry-run")
+        argv[argv.index("--tracking-uri") + 1] = f"http://127.0.0.1:{server.server_address[1]}"
+        line = refused(tmp_path, ablate.main, argv, "answers but is not an MLflow tracking server "
+                       "(HTTP 404 on /health)", capsys, monkeypatch)
+        assert "unreachable" not in line
+    finally:
+        server.shutdown()
+
+
+# --- issue 31: report on a table that still trains, or was left RUNNING ---------------------------
+def _running_table(d: Path, plan: str) -> tuple[str, str]:
+    from orchestrator.results.report import grid_spec
+    from orchestrator.spec.registry import load_grid
+    from orchestrator.tracking.client import Tracker
+
+    tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
+    parent = tr.start_parent("table3 (demo)", "table", plan, {"mmemb.grid": "kdmcse_table3"})
+    tr.log_artifact_text(parent, "grid.json", json.dumps(grid_spec(load_grid("table3"))))
+    child = tr.start_child(parent, {"key": "mcse/seed-0", "cell": "MCSE", "seed": 0,
+                                    "grid": "kdmcse_table3", "config_hash": "0" * 12,
+                                    "run_name": "MCSE | seed 0", "run": {"seed": 0}})
+    return parent, child
+
+
+def test_report_on_a_table_that_still_trains_writes_nothing(tmp_path, capsys, monkeypatch):
+    from orchestrator.run.driver import DriverLock, lock_paths
+
+    store = tmp_path / "store"
+    store.mkdir()
+    parent, _ = _running_table(store, "plan-live")
+    lock = DriverLock(lock_paths("plan-live", store / "mlflow.db", "s3://x"), "the table")
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        uri = f"sqlite:///{store / 'mlflow.db'}"
+        refused(work, report.main, ["--run", parent, "--tracking-uri", uri],
+                f"the table of parent {parent} is still training (process", capsys, monkeypatch)
+        assert not (store / "reports").exists()
+    finally:
+        lock.release()
+
+
+def test_report_on_a_parent_left_running_says_so_and_closes_it_when_asked(tmp_path, capsys,
+                                                                          monkeypatch):
+    from orchestrator.tracking.client import Tracker
+
+    parent, child = _running_table(tmp_path, "plan-gone")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rc, out, err = run_in(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri], capsys,
+                          monkeypatch)
+    assert rc == 0, err
+    assert f"parent {parent} was left RUNNING by a driver that is gone" in err
+    assert f"orchestrator.report --run {parent} --close" in err
+    tr = Tracker(uri)
+    assert tr.client.get_run(parent).info.status == "RUNNING"
+    rc, out, err = run_in(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri, "--close"],
+                          capsys, monkeypatch)
+    assert rc == 0 and "now KILLED" in out, err
+    assert tr.client.get_run(parent).info.status == "KILLED"
+    assert tr.client.get_run(child).info.status == "KILLED"
+
+
+def test_report_out_never_writes_over_a_users_own_files(a_table, tmp_path, capsys, monkeypatch):
+    d, parent, _ = a_table
+    mine = tmp_path / "paper"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own notes")
+    refused(tmp_path, report.main, ["--run", parent, "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}",
+                                    "--out", str(mine)],
+            f"--out {mine} already holds report.md, which orchestrator.report did not write",
+            capsys, monkeypatch)
+    assert (mine / "report.md").read_text() == "my own notes"
