@@ -502,3 +502,37 @@ def test_report_out_never_writes_over_a_users_own_files(a_table, tmp_path, capsy
             f"--out {mine} already holds report.md, which orchestrator.report did not write",
             capsys, monkeypatch)
     assert (mine / "report.md").read_text() == "my own notes"
+
+
+# --- issue 31: sync on a journal cut short or of the wrong shape ----------------------------------
+def test_sync_uploads_a_journal_whose_last_line_was_cut(a_table, tmp_path, capsys, monkeypatch):
+    from orchestrator.tracking.client import Tracker
+
+    d, parent, child = a_table
+    journal = tmp_path / "mlflow-journal-plan.jsonl"
+    journal.write_text(json.dumps({"op": "parent", "parent": parent}) + "\n"
+                       + json.dumps({"op": "set_tag", "handle": child, "key": "mmemb.cut",
+                                     "value": "kept"}) + "\n"
+                       + '{"op": "set_tag", "handle": "' + child[:7])  # killed mid-line
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    rc, out, err = run_in(tmp_path, sync.main, [str(journal), "--tracking-uri", uri], capsys,
+                          monkeypatch)
+    assert rc == 0, err
+    assert f"journal {journal}: its last line (3) was cut short" in err and "2 entries" in err
+    assert Tracker(uri).client.get_run(child).data.tags["mmemb.cut"] == "kept"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[1, 2, 3]\n{"op": "end"}\n', "line 1 is not a journal entry"),
+    ('{"op": "set_tag", "handle": "x"}\n', "line 1 is not a journal entry"),
+    ('{"op": "parent", "parent": "p"}\nnot json\n{"op": "parent", "parent": "p"}\n',
+     "line 2 is not JSON"),
+], ids=["wrong-shape", "missing-fields", "damaged-middle"])
+def test_sync_refuses_a_journal_it_cannot_read_naming_the_line(text, message, a_table, tmp_path,
+                                                                capsys, monkeypatch):
+    d, _, _ = a_table
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(text)
+    line = refused(tmp_path, sync.main, [str(journal), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"],
+                   f"journal {journal} {message}", capsys, monkeypatch)
+    assert "nothing was uploaded" in line
