@@ -128,6 +128,10 @@ GRID_FILES = {
                          "line 3: RuntimeError: no such table; fix that file"),
     "divides-by-zero": (GRID_HEAD + "SEEDS = 1 / 0\n", "line 2: ZeroDivisionError: division by zero"),
     "not-a-grid": ("GRID = {'name': 'mine'}\n", "GRID is a dict, not a Grid"),
+    "long-cell-name": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                       "    Cell('A', {'objective.method': 'mcse'}),\n"
+                       "    Cell('B' * 310, {'objective.method': 'kdmcse'})))\n",
+                       "is 310 characters; names become MLflow run names and folder names"),
     "bad-setting": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
                     "    Cell('A', {'objective.method': 'mcse', 'lr': -1}),))\n",
                     "cell 'A': invalid run config: lr=-1.0 must be a finite number > 0"),
