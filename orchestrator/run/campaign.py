@@ -415,6 +415,11 @@ class Session:
         complete = all(s.complete for s in analysis.status.values())
         print("\n" + md)
         print(f"\nreport: {outdir}/report.md")
+        if self.journal.refused_files:  # the store answered but kept no files: not "offline"
+            print(f"error: MLflow's artifact folder refused files ({self.journal.refused_files[0][:200]}); "
+                  f"the scores are in MLflow, and {self.journal.kept} file upload(s) (the students' "
+                  f"models) wait in {self.journal.path}: make the folder writable, then run "
+                  f"{self.journal.upload_command()}", file=sys.stderr)
         if upload_error:
             self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
             self.tracker.end(self.parent, "FAILED")
@@ -423,7 +428,8 @@ class Session:
                   f"{outdir}. Upload it again with: python -m orchestrator.report --run "
                   f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
             return 1
-        self.tracker.end(self.parent, "FINISHED" if complete else "FAILED")
+        self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
+                         else "FAILED")
         self._closed = True
         print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
               "(then http://127.0.0.1:5000)")
@@ -431,6 +437,8 @@ class Session:
             print_links(share(self.tracker, self.parent))
         except Exception as e:  # the links are a convenience; the table's result stands
             print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
+        if self.journal.refused_files:
+            return 1
         if not complete:
             print(closing_advice([why for m in self._mirrors for why in m.failures.values()]),
                   file=sys.stderr)

@@ -53,6 +53,9 @@ class Journal:
         self.moved_from: Path | None = None
         self.failures: list[str] = []
         """why each write to MLflow or to a journal folder failed (the full-disk diagnosis)"""
+        self.refused_files: list[str] = []
+        """why the store refused to keep files (its artifact folder not writable) while it
+        still answered: those writes wait in the journal, the others go on"""
 
     # --- writes -----------------------------------------------------------------------------
     def start_child(self, parent_id: str, plan: Mapping[str, Any],
@@ -99,6 +102,14 @@ class Journal:
         try:
             out = call()
             return True if out is None else out
+        except PermissionError as e:  # the store answers; its artifact folder refuses files
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            if not self.refused_files:
+                print(f"warning: MLflow cannot store files ({why[:200]}); the store still "
+                      f"answers, so runs go on; the files wait in {self.path} for "
+                      "orchestrator.sync once the folder is writable", file=sys.stderr, flush=True)
+            self.refused_files.append(why)
+            return None
         except Exception as e:  # any tracking failure: keep the write, never lose the result
             self.offline = True
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
