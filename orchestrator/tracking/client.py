@@ -61,6 +61,13 @@ def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
 def _check_local(path: Path, uri: str, option: str) -> None:
     """The store file (or folder) ``path`` can be created or written where the URI says."""
     folder = path.absolute().parent
+    if path.is_dir():
+        raise ValueError(f"{option} {uri}: {path} is a folder, not a store file; name a file "
+                         f"inside it (sqlite:///{path}/mlflow.db)")
+    taken = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if taken is not None and not taken.is_dir():
+        raise ValueError(f"{option} {uri}: {taken} is a file, so no folder can be made there; "
+                         f"point {option} elsewhere")
     if not folder.is_dir():
         raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
                          f"(mkdir -p {folder}) or point {option} elsewhere")

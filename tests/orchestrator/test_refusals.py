@@ -540,3 +540,24 @@ def test_sync_refuses_a_journal_it_cannot_read_naming_the_line(text, message, a_
     line = refused(tmp_path, sync.main, [str(journal), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"],
                    f"journal {journal} {message}", capsys, monkeypatch)
     assert "nothing was uploaded" in line
+
+
+# --- issue 31: messages that named the wrong cause ------------------------------------------------
+def test_a_file_where_a_folder_should_be_is_named_as_a_file(space, tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "results"
+    blocker.write_text("a file, not a folder")
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--storage") + 1] = str(blocker / "runs")
+    line = refused(tmp_path, ablate.main, argv, f"{blocker} is a file, so no folder can be made",
+                   capsys, monkeypatch)
+    assert "mkdir" not in line
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--tracking-uri") + 1] = f"sqlite:///{blocker / 'mlflow.db'}"
+    line = refused(tmp_path, ablate.main, argv, f"{blocker} is a file, so no folder can be made",
+                   capsys, monkeypatch)
+    assert "mkdir" not in line
+
+
+def test_a_folder_given_for_a_file_is_named_as_a_folder(space, tmp_path, capsys, monkeypatch):
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(space)),
+            f"config file {space} is a folder; pass the YAML file inside it", capsys, monkeypatch)
