@@ -304,12 +304,11 @@ class Session:
         # Train checkpoint) whenever none of its members finished.
         # The parent names the Train runs: a plain rerun (a new parent) trains anew instead of
         # restoring the finished checkpoints of another table of the same plan on this storage.
-        arrays = noted([replace(t, parent=self.parent) for t in (
-            p.without(done) for p in pack(members, self.array_keys, self.campaign.name,
-                                          self.storage, opts.cpus_per_trial,
-                                          self.resources.gpus_per_trial, opts.max_failures,
-                                          opts.array_size, self.slots, opts.keep_checkpoints,
-                                          halving)) if t is not None])
+        packed = [replace(p, parent=self.parent) for p in pack(
+            members, self.array_keys, self.campaign.name, self.storage, opts.cpus_per_trial,
+            self.resources.gpus_per_trial, opts.max_failures, opts.array_size, self.slots,
+            opts.keep_checkpoints, halving)]
+        arrays = noted([t for t in (p.without(done) for p in packed) if t is not None])
         sizes = sorted({len(t.members) for t in arrays})
         print(f"{len(todo)} runs in {len(arrays)} array{'s' * (len(arrays) != 1)} of "
               f"{'-'.join(map(str, sizes))} member{'s' * (sizes[-1] != 1)}, up to "
@@ -317,6 +316,9 @@ class Session:
         for t in arrays:
             if t.note:
                 print(f"  {t.label}: {t.note}", flush=True)
+        if self.resumed:  # arrays none of whose members finished continue their checkpoints
+            whole = {p.name for p in packed if p.without(done) is p}
+            self._say_lost_checkpoints([t for t in arrays if t.name in whole])
         mirror = MlflowMirror(arrays, self.journal, self.parent,
                               self.tracker.unfinished_runs(self.parent))
         self._mirrors.append(mirror)
@@ -349,6 +351,22 @@ class Session:
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
                        interrupted=any(m.key not in ended for m in todo))
+
+    def _say_lost_checkpoints(self, arrays: Sequence[ArrayPlan]) -> None:
+        """--resume of an array whose runs had trained (they logged a dev score, so a checkpoint
+        was written) but whose checkpoints are gone from a local --storage: it starts again from
+        step 0, and says so instead of retraining silently."""
+        if "://" in self.storage:
+            return
+        results = self.tracker.member_results(self.parent)
+        for t in arrays:
+            started = [m.key for m in t.members
+                       if "stsb_dev" in (results.get(m.key) or {}).get("metrics", {})]
+            if started and not any((Path(self.storage) / t.name).glob("checkpoint_*")):
+                print(f"note: --resume: the checkpoints of {t.label} are gone from "
+                      f"{Path(self.storage) / t.name} (deleted, or another --storage); its "
+                      f"{len(started)} started run(s) train again from step 0", file=sys.stderr,
+                      flush=True)
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
