@@ -132,6 +132,11 @@ def plan_id(kind: str, name: str, members: Sequence[RunPlan], *extra: object) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+AUTO_MAX_MEMBERS = 64
+"""the most members 'auto' puts in one array: a thousand seeds on one device would make one array
+of a thousand stacked students (memory no check here foresees); more arrays queue instead"""
+
+
 def pack(members: Sequence[RunPlan], array_keys: dict[str, str], campaign: str, storage: str,
          cpus: float, gpus: float, max_failures: int, array_size: int | None, slots: int,
          keep_checkpoints: bool = False,
@@ -155,7 +160,7 @@ def pack(members: Sequence[RunPlan], array_keys: dict[str, str], campaign: str, 
         n = sum(len(u) for u in units)
         if array_size is None:
             arrays = max(1, min(len(units), round(max(1, slots) * n / total)))
-            cap = math.ceil(n / arrays)
+            cap = min(math.ceil(n / arrays), AUTO_MAX_MEMBERS)
         else:
             cap = array_size
         for chunk in _chunks(units, cap):

@@ -114,3 +114,14 @@ def test_origins_name_the_layer_that_set_each_setting(tmp_path):
     prof.write_text("data.demo: true\nencoder: minilm-l6-top1\nlr: 1.0e-4\nmax_steps: 5\n")
     (r,) = [r for r in plan_runs(g, str(prof), seeds=[0, 1]) if r.cell == "A"][:1]
     assert r.origins["max_steps"] == "profile mine" and r.origins["lr"] == "grid g base"
+
+
+def test_auto_packing_never_makes_an_array_of_a_thousand_members():
+    from orchestrator.spec.plan import AUTO_MAX_MEMBERS
+
+    cfg = build_config("demo", "mcse")
+    ms = [RunPlan(f"c/s{s}", "c", s, cfg, "x", "x") for s in range(300)]
+    arrays = pack(ms, {m.key: "same" for m in ms}, "s", "runs", 1.0, 0.0, 1, array_size=None,
+                  slots=1)
+    assert max(len(t.members) for t in arrays) <= AUTO_MAX_MEMBERS
+    assert sum(len(t.members) for t in arrays) == 300
