@@ -449,8 +449,7 @@ class Session:
         self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
                          else "FAILED")
         self._closed = True
-        print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
-              "(then http://127.0.0.1:5000)")
+        print(open_hint(self.tracker.uri))
         try:
             print_links(share(self.tracker, self.parent))
         except Exception as e:  # the links are a convenience; the table's result stands
@@ -470,6 +469,17 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
+
+
+def open_hint(uri: str) -> str:
+    """How to open the runs: a local store through ``mlflow ui``; a tracking server (a cluster's
+    head) is already the UI, reached from a laptop through an SSH tunnel."""
+    if uri.startswith(("http://", "https://")):
+        local = "127.0.0.1" in uri or "localhost" in uri
+        return (f"open the runs: {uri} in a browser" + (
+            " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
+            "to the head, then http://127.0.0.1:5000)" if local else ""))
+    return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
 
 
 DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
@@ -530,10 +540,43 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     from orchestrator.run.preflight import array_resources
 
     res, _ = array_resources(opts, members)
-    slots = res.concurrency(local_resources()) if not opts.address else (opts.max_concurrent or 1)
+    if opts.address:
+        slots, res = cluster_slots(opts, members, res)
+    else:
+        slots = res.concurrency(local_resources())
     arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
                   opts.max_failures, opts.array_size, slots)
     return noted(arrays), slots
+
+
+def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[int, Any]:
+    """The dry run with --address: joins the cluster for a moment and counts the arrays at once
+    as the real run will (its GPU default, its nodes now), so both plan the same packing; a
+    cluster that does not answer leaves --max-concurrent (or 1), said in one note."""
+    import ray
+
+    from orchestrator.run.preflight import array_resources
+    from orchestrator.run.resources import cluster_nodes
+    from trainables.ray_env import init_ray, root_cause
+
+    try:
+        init_ray(opts.address, log_to_driver=False)
+    except Exception as e:
+        print(f"note: the Ray cluster at {opts.address} did not answer ({root_cause(e)}); the "
+              f"plan below assumes {opts.max_concurrent or 1} array(s) at a time", file=sys.stderr)
+        return opts.max_concurrent or 1, res
+    try:
+        gpus = opts.gpus_per_trial
+        if gpus is None:
+            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        res, _ = array_resources(opts, members, gpus)
+        nodes = cluster_nodes()
+        slots = res.concurrency(nodes, True)
+        print(f"cluster {opts.address}: {len(nodes)} node(s) now, {slots} array(s) at a time "
+              "(an autoscaling cluster may add nodes once the run asks)", flush=True)
+        return slots, res
+    finally:
+        ray.shutdown()
 
 
 def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:

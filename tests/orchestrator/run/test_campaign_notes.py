@@ -39,3 +39,29 @@ def test_resume_says_when_the_checkpoints_of_a_started_array_are_gone(tmp_path, 
     (tmp_path / "runs" / array.name / "checkpoint_2026-11-26_10-00-00.000000").mkdir(parents=True)
     s._say_lost_checkpoints([array])
     assert capsys.readouterr().err == ""
+
+
+def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypatch, capsys):
+    """Issue 31: with --address the dry run planned one array where the real run made four; it
+    now counts the cluster's nodes (and its GPU default) as the real run does."""
+    import ray
+
+    import orchestrator.run.resources as resources
+    import trainables.ray_env as ray_env
+    from orchestrator.run.campaign import dry_run_arrays
+    from orchestrator.run.options import Options
+    from orchestrator.spec.plan import RunPlan
+    from trainables.profiles import build_config
+
+    joined = []
+    monkeypatch.setattr(ray_env, "init_ray", lambda address, **kw: joined.append(address))
+    monkeypatch.setattr(resources, "cluster_nodes", lambda: [{"CPU": 8.0, "GPU": 1.0}] * 4)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 32.0, "GPU": 4.0})
+    monkeypatch.setattr(ray, "shutdown", lambda: joined.append("left"))
+    cfg = build_config("demo", "mcse")
+    members = [RunPlan(f"c/s{s}", "c", s, cfg, "x", "x") for s in range(8)]
+    arrays, slots = dry_run_arrays(members, {m.key: "same" for m in members}, "t",
+                                   Options(address="ray://head:10001", storage="runs"))
+    assert joined == ["ray://head:10001", "left"]  # joined for a moment, then left
+    assert slots == 4 and len(arrays) == 4 and all(t.gpus == 1.0 for t in arrays)
+    assert "cluster ray://head:10001: 4 node(s) now, 4 array(s) at a time" in capsys.readouterr().out
