@@ -113,6 +113,32 @@ _NOISE = ("PYTHON worker processes have been started",)
 """raylet hints about Ray's own worker pool: nothing a user of a table can act on"""
 
 
+_DUMP = "[state-dump]"
+"""Ray's internal state dumps (a dozen lines each, when a node is lost): for Ray's developers"""
+_dump_log: list[Path] = []
+
+
+def _to_dump_log(lines: list[str]) -> None:
+    """Ray's state dumps go to a file beside Ray's own logs, named once on the terminal."""
+    if not _dump_log:
+        import tempfile
+
+        try:
+            import ray._private.worker as rw
+
+            folder = Path(rw._global_node.get_logs_dir_path())
+        except Exception:  # no node (a unit test): the temp folder
+            folder = Path(tempfile.gettempdir())
+        _dump_log.append(folder / "mmemb-ray-state-dumps.log")
+        print(f"(Ray's internal state dumps are written to {_dump_log[0]}, not here)",
+              file=sys.stderr, flush=True)
+    try:
+        with _dump_log[0].open("a") as f:
+            f.write("".join(ln + "\n" for ln in lines))
+    except OSError:
+        pass  # a diagnostic for Ray's developers: never a reason to fail a table
+
+
 def quiet_raylet() -> None:
     """Drop the raylet's worker-pool hints and print every other raylet message once.
 
@@ -129,8 +155,11 @@ def quiet_raylet() -> None:
 
     def printer(data, *args, **kwargs):
         if data.get("pid") == "raylet":
+            dumps = [ln for ln in data.get("lines", []) if _DUMP in ln]
+            if dumps:
+                _to_dump_log(dumps)
             lines = [ln for ln in data.get("lines", []) if not any(n in ln for n in _NOISE)
-                     and ln not in seen]
+                     and ln not in seen and _DUMP not in ln]
             seen.update(lines)
             if not lines:
                 return None
