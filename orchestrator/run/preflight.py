@@ -234,12 +234,18 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     keys[m.key] = array_key(cfg, steps[m.key])
 
 
-def _hidden(name: str, cache: str) -> int:
+def _hidden(name: str, cache: str, teacher: bool = False) -> int:
+    """An encoder's hidden size; a text teacher's embedding size (a CLIP text teacher's is its
+    projection, ``trainables.teachers.TextTeacher.dim``)."""
     from transformers import AutoConfig
 
     from trainables.profiles import resolve_encoder
+    from trainables.teachers import CLIP_TYPES
 
-    return AutoConfig.from_pretrained(resolve_encoder(name, cache)).hidden_size
+    cfg = AutoConfig.from_pretrained(resolve_encoder(name, cache))
+    if teacher and cfg.model_type in CLIP_TYPES:
+        return int(cfg.projection_dim)
+    return int(cfg.hidden_size)
 
 
 def try_method_once(cfg, data, lines: list[str]) -> None:
@@ -249,7 +255,7 @@ def try_method_once(cfg, data, lines: list[str]) -> None:
     from trainables.arrays.dry_step import try_method
 
     hidden = _hidden(cfg.encoder, cfg.data.cache_dir)
-    teachers = [_hidden(t, cfg.data.cache_dir) for t in cfg.text_teachers] \
+    teachers = [_hidden(t, cfg.data.cache_dir, teacher=True) for t in cfg.text_teachers] \
         if cfg.needs.text_teachers else []
     try_method(cfg, hidden, data.image_dim if data.pairs is not None else None,
                data.clip_text_dim, teachers)
