@@ -241,6 +241,8 @@ class Session:
                 self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
             elif isinstance(error, DiskFull):
                 self._end_all("FAILED", "the disk filled up; --resume continues the table")
+            elif isinstance(error, MemoryShort):
+                self._end_all("FAILED", "the machine ran out of memory; --resume continues it")
             else:
                 self._end_all("FAILED", f"the driver stopped: {one_line(error)}"[:500])
         self._closed = True
@@ -346,7 +348,13 @@ class Session:
         except Exception as e:
             line = self.disk_full([str(e)])
             if line is None:
-                raise
+                short = memory_short(str(e))
+                if short is None:
+                    raise
+                raise MemoryShort(f"{short}; the unfinished runs end FAILED (none is left "
+                                  "RUNNING). Free memory (other programs on this machine), or "
+                                  "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
+                                  f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
@@ -506,6 +514,24 @@ def closing_advice(reasons: Sequence[str]) -> str:
 
 class DiskFull(OSError):
     """The disk filled up under a campaign; the message is the one line to print."""
+
+
+class MemoryShort(OSError):
+    """Ray's memory monitor killed the campaign's actors (the machine ran low on memory); the
+    message is the one line to print, not Ray's page-long report of the workers it killed."""
+
+
+def memory_short(text: str) -> str | None:
+    """The one-line cause when ``text`` (an error out of Tune) is Ray's out-of-memory kill."""
+    import re
+
+    if "running low on memory" not in text and "OutOfMemoryError" not in text:
+        return None
+    killed = re.search(r"(\d+) worker\(s\) were killed", text)
+    used = re.search(r"was ([\d.]+GB) used / ([\d.]+GB) limit", text)
+    return ("this machine ran out of memory: Ray killed "
+            + (f"{killed.group(1)} worker(s)" if killed else "the run's workers")
+            + (f" ({used.group(1)} used of {used.group(2)})" if used else ""))
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",

@@ -65,3 +65,16 @@ def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypa
     assert joined == ["ray://head:10001", "left"]  # joined for a moment, then left
     assert slots == 4 and len(arrays) == 4 and all(t.gpus == 1.0 for t in arrays)
     assert "cluster ray://head:10001: 4 node(s) now, 4 array(s) at a time" in capsys.readouterr().out
+
+
+def test_rays_out_of_memory_kill_is_one_line():
+    """Seen on a shared machine: Ray's memory monitor killed the Tune actors and the driver ended
+    with a 170-line traceback holding Ray's report of every worker it killed."""
+    from orchestrator.run.campaign import memory_short
+
+    text = ("RuntimeError: Caught unexpected exception: 6 worker(s) were killed due to the node "
+            "running low on memory. Memory on the node (IP: 10.0.0.2, ID: e22e) was 21.73GB used "
+            "/ 23.54GB limit (0.923099)\nConsidered workers: [\nSelected to kill: ...")
+    assert memory_short(text) == ("this machine ran out of memory: Ray killed 6 worker(s) "
+                                  "(21.73GB used of 23.54GB)")
+    assert memory_short("RuntimeError: something else") is None
