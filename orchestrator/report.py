@@ -20,8 +20,17 @@ def parser() -> argparse.ArgumentParser:
     p = cli.parser("orchestrator.report", __doc__)
     p.add_argument("--run", required=True, help="MLflow run id of the table's parent run")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: ./mlflow.db)")
-    p.add_argument("--out", help="also write report.md/csv/png here")
+    p.add_argument("--out", help="also write report.md/csv/png here (a folder that holds "
+                                 "report files of its own is refused)")
+    p.add_argument("--close", action="store_true",
+                   help="end a parent left RUNNING by a driver that is gone (and its RUNNING "
+                        "runs) KILLED, then report; --resume of the table still continues it")
     return p
+
+
+OUR_FILES = ("report.md", "report.csv", "report.png")
+MARK = ".mmemb-report"
+"""left in an --out folder by this command: its report files may be written over next time"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +43,35 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.tracking.client import TAG, Tracker
 
     out = cli.check_out(args.out) if args.out else None
+    if out is not None and not (out / MARK).exists():
+        theirs = [f for f in OUR_FILES if (out / f).exists()]
+        if theirs:
+            raise ValueError(f"--out {out} already holds {', '.join(theirs)}, which "
+                             "orchestrator.report did not write there; pick another folder (or "
+                             "move those files away)")
     tracker = Tracker(args.tracking_uri, create=False)
     parent = tracker.parent_run(args.run)
+    left_running = False
+    if parent.info.status == "RUNNING":
+        from orchestrator.run.driver import describe, running_driver
+
+        holder = running_driver(tracker, parent)
+        if holder is not None:
+            raise ValueError(f"the table of parent {args.run} is still training ("
+                             f"{describe(holder)}); nothing was written: its report is written "
+                             "when it ends, or run this again once it has ended")
+        left_running = True
+        if args.close:
+            reason = "closed by orchestrator.report --close: its driver was gone"
+            for c in tracker.children(args.run):
+                if c.info.status == "RUNNING":
+                    tracker.client.set_tag(c.info.run_id, f"{TAG}error", reason)
+                    tracker.end(c.info.run_id, "KILLED")
+            tracker.client.set_tag(args.run, f"{TAG}error", reason)
+            tracker.end(args.run, "KILLED")
+            parent = tracker.client.get_run(args.run)
+            print(f"parent {args.run} and its unfinished runs were RUNNING with no driver: now "
+                  "KILLED (--resume of the table continues them)")
     try:
         spec = json.loads(tracker.load_artifact_text(args.run, "grid.json"))
     except Exception:
@@ -51,8 +87,15 @@ def _run(args: argparse.Namespace) -> int:
         lead = next((ln for ln in extra.splitlines() if ln.startswith("**Against ")), "")
     analysis, md, upload_error = build_report(tracker, args.run, spec, out, extra_md=extra,
                                               lead_md=lead)
+    if args.out:
+        (out / MARK).write_text(args.run)
     print(md)
     print(f"\nreport files: {out}")
+    if left_running and not args.close:
+        print(f"note: parent {args.run} was left RUNNING by a driver that is gone (killed, or "
+              "its machine went down), so its unfinished runs read as failed above; continue "
+              "the table with its command and --resume, or close it with: python -m "
+              f"orchestrator.report --run {args.run} --close", file=sys.stderr)
     if upload_error:
         print(f"error: could not upload the report to MLflow ({upload_error})", file=sys.stderr)
         return 1

@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     journal.rename(done)  # kept, not deleted: the record of what was uploaded
     print(f"uploaded {n} entries to {tracker.uri}; journal moved to {done}")
     uri = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
-    for parent in parents(done, tracker):
+    for parent in parents(done, tracker, quiet=True):
         print(f"re-render the table: python -m orchestrator.report --run {parent}{uri}")
     return 0
 

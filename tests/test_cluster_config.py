@@ -266,7 +266,8 @@ def test_local_watcher_stops_mlflow_and_the_workers(tmp_path):
     cfg = raw(LOCAL)
     head = cfg["head_start_ray_commands"]
     disarm = next(i for i, c in enumerate(head) if "mmemb-stop-with-head" in c)
-    assert disarm < head.index("ray stop") < len(head) - 1 and head[-1] == watcher_command(cfg)
+    stop = head.index("python -m orchestrator.ray_stop --temp-dir /tmp/ray-mmemb-lab")
+    assert disarm < stop < len(head) - 1 and head[-1] == watcher_command(cfg)
     home, fake = tmp_path / "home", tmp_path / "bin"
     (home / "mlflow").mkdir(parents=True)
     fake.mkdir()
@@ -275,7 +276,8 @@ def test_local_watcher_stops_mlflow_and_the_workers(tmp_path):
     gcs = subprocess.Popen(["sleep", "300"])  # the head's GCS, as `pgrep` finds it
     mlflow = subprocess.Popen(["sleep", "300"], start_new_session=True)  # MLflow's process group
     (home / "mlflow" / "server.pid").write_text(str(mlflow.pid))
-    (fake / "pgrep").write_text(f"#!/bin/sh\n[ \"$*\" = '-n -x gcs_server' ] && echo {gcs.pid}\n")
+    (fake / "pgrep").write_text(  # this cluster's GCS only, found by its temp dir
+        f"#!/bin/sh\n[ \"$*\" = '-n -f -- gcs_server .*=/tmp/ray-mmemb-lab/' ] && echo {gcs.pid}\n")
     (fake / "ssh").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/ssh.log\n")
     (fake / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     for f in fake.iterdir():
@@ -461,3 +463,36 @@ def test_readme_points_to_the_guide_and_says_what_was_run():
     assert "apt-get install -y openssh-server rsync" in section
     for stale in ("~/mmemb-data` on your computer. `ray up` copies it", "stops Ray on\n   every machine"):
         assert stale not in text
+
+
+@pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
+def test_the_cluster_stops_only_its_own_ray(path, tmp_path):
+    """Issue 31: a machine-wide `ray stop` on a lab machine stops colleagues' Ray too. Each node's
+    Ray has the cluster's own temp dir; every stop (the start commands', `ray down`'s, the
+    watcher's) goes through orchestrator.ray_stop on that folder, and `ray status` or `--address
+    auto` in the nodes' shells find this cluster by $RAY_ADDRESS."""
+    cfg = raw(path)
+    tmp = "/tmp/ray-" + cfg["cluster_name"]
+    commands = [c for k in COMMAND_KEYS for c in cfg[k]]
+    scoped = ". ~/.mmemb_env && ray stop"  # the watcher's stop of a worker: the env's function
+    assert not any(re.search(r"(^|[;&|(]\s*)ray stop\b", c.replace(scoped, ""))
+                   for c in commands), "machine-wide ray stop"
+    for kind, cmd in start_commands(cfg).items():
+        assert f"--temp-dir={tmp}" in cmd, kind
+        key = f"{kind}_start_ray_commands"
+        assert cfg[key][cfg[key].index(next(c for c in cfg[key] if "ray start" in c)) - 1] == \
+            f"python -m orchestrator.ray_stop --temp-dir {tmp}"
+    env = sourced_env(cfg, tmp_path)
+    assert env["MMEMB_RAY_TMP"] == tmp
+    # `ray stop` typed in a node's shell (or run by `ray down`) is this cluster's stop
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text(f"#!/bin/sh\necho python \"$@\" > {tmp_path}/called\n")
+    (fake / "python").chmod(0o755)
+    run = {"HOME": str(tmp_path), "PATH": f"{fake}:{os.environ['PATH']}"}
+    subprocess.run(["bash", "-c", ". ~/.mmemb_env; ray stop"], env=run, check=True, timeout=30)
+    assert (tmp_path / "called").read_text().split() == [
+        "python", "-m", "orchestrator.ray_stop", "--temp-dir", tmp]
+    ray_dir = Path(tmp)
+    if not (ray_dir / "ray_current_cluster").exists():  # no such cluster on this machine
+        assert sourced_env(cfg, tmp_path).get("RAY_ADDRESS", "") == ""

@@ -84,6 +84,9 @@ def writable_folder(path: str | os.PathLike, option_name: str, hint: str = "") -
     probe = target
     while not probe.exists():
         probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{option_name} {path}: {probe} is a file, so no folder can be made "
+                         f"there; point {option_name} at a folder{hint}")
     why = "not a folder"
     if probe.is_dir():
         try:

@@ -223,12 +223,18 @@ def load_yaml(path: str | Path, reserved: tuple[str, ...] = ()) -> dict[str, Any
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"config file {path} is a folder; pass the YAML file inside it")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist; pass an existing YAML file")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"config file {path} is not valid YAML ({e.__class__.__name__}); fix its syntax") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or e.__class__.__name__
+        raise ValueError(f"config file {path} is not valid YAML{where} ({what}); fix its syntax "
+                         "there") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
     kept = {k: data.pop(k) for k in reserved if k in data}

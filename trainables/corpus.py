@@ -27,6 +27,9 @@ import numpy as np
 from trainables.store import StoreError, cache_root
 
 _CHUNK = 1 << 23  # bytes per pass step while indexing
+MAX_LINE = 1 << 20
+"""the longest line a corpus may have (bytes): one sentence per line is far shorter; a file
+without line breaks would otherwise be read whole, slowly, into memory"""
 _WS = np.zeros(256, dtype=bool)
 _WS[[ord(c) for c in " \t\r\n\v\f"]] = True
 
@@ -66,6 +69,13 @@ def build_line_index(path: str | os.PathLike, skip_blank: bool = True) -> tuple[
                 parts.append(_index_chunk(arr, base, skip_blank))
             base += cut
             carry = block[cut:]
+            if len(carry) > MAX_LINE:
+                cr = b"\r" in carry[:MAX_LINE]
+                raise StoreError(
+                    f"{path}: the line at byte {base} runs past {MAX_LINE >> 20} MiB without a "
+                    "line break; a text corpus holds one sentence per line"
+                    + (" (this file breaks lines with \\r alone: convert it, e.g. tr '\\r' '\\n')"
+                       if cr else "; check that this is the corpus file"))
             if not data:
                 break
     index = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)

@@ -95,10 +95,48 @@ def quiet_tune_state_errors() -> None:
     log = logging.getLogger("ray.tune.execution.experiment_state")
     if not any(isinstance(f, _OneLine) for f in log.filters):
         log.addFilter(_OneLine())
+    # "ERROR tune.py: Trials did not complete: [trial_fn_abc12, ...]" names Tune's trials, which
+    # a table's user never sees; each failed run already has its one line with the reason.
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _NoIncompleteTrials) for f in tune_log.filters):
+        tune_log.addFilter(_NoIncompleteTrials())
+
+
+class _NoIncompleteTrials:
+    """A logging filter that drops Tune's closing list of the trials that did not complete."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Trials did not complete")
 
 
 _NOISE = ("PYTHON worker processes have been started",)
 """raylet hints about Ray's own worker pool: nothing a user of a table can act on"""
+
+
+_DUMP = "[state-dump]"
+"""Ray's internal state dumps (a dozen lines each, when a node is lost): for Ray's developers"""
+_dump_log: list[Path] = []
+
+
+def _to_dump_log(lines: list[str]) -> None:
+    """Ray's state dumps go to a file beside Ray's own logs, named once on the terminal."""
+    if not _dump_log:
+        import tempfile
+
+        try:
+            import ray._private.worker as rw
+
+            folder = Path(rw._global_node.get_logs_dir_path())
+        except Exception:  # no node (a unit test): the temp folder
+            folder = Path(tempfile.gettempdir())
+        _dump_log.append(folder / "mmemb-ray-state-dumps.log")
+        print(f"(Ray's internal state dumps are written to {_dump_log[0]}, not here)",
+              file=sys.stderr, flush=True)
+    try:
+        with _dump_log[0].open("a") as f:
+            f.write("".join(ln + "\n" for ln in lines))
+    except OSError:
+        pass  # a diagnostic for Ray's developers: never a reason to fail a table
 
 
 def quiet_raylet() -> None:
@@ -117,8 +155,11 @@ def quiet_raylet() -> None:
 
     def printer(data, *args, **kwargs):
         if data.get("pid") == "raylet":
+            dumps = [ln for ln in data.get("lines", []) if _DUMP in ln]
+            if dumps:
+                _to_dump_log(dumps)
             lines = [ln for ln in data.get("lines", []) if not any(n in ln for n in _NOISE)
-                     and ln not in seen]
+                     and ln not in seen and _DUMP not in ln]
             seen.update(lines)
             if not lines:
                 return None

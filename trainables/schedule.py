@@ -86,7 +86,7 @@ def count_steps(
             if pss == 0:
                 raise ScheduleError(
                     f"{p} pair batches > {t} text batches: the official schedule divides by "
-                    f"text_batches // pair_batches = 0; use mode='proportional' or more text data"
+                    f"text_batches // pair_batches = 0; set schedule=proportional or use more text data"
                 )
             pair_steps = math.ceil(spe / pss)  # steps 0, pss, 2*pss, ... below spe
         else:

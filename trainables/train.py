@@ -133,8 +133,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         with contextlib.suppress(Exception):  # the live view's convenience, never a failure
             queue.put_nowait({**item, "progress": 1})
 
-    finals = trainer.fit(report, workdir, progress if queue is not None and rank == 0 else None)
-    failed = {m.key: m.record.error for m in trainer.members if m.record.error}
+    try:
+        finals = trainer.fit(report, workdir, progress if queue is not None and rank == 0 else None)
+    except BaseException:  # a failed array leaves no checkpoint folder in the temp dir
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    failed = trainer.failed
     metrics: dict[str, Any] = {"step": trainer.step, FINAL_KEY: 1, "placement_group": pg_id,
                                "total_steps": trainer.total_steps,
                                "node_id": ray.get_runtime_context().get_node_id()}

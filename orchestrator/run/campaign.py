@@ -78,6 +78,8 @@ class Session:
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
         self.parent: str | None = None
+        self.code_change = ""
+        """'<then> -> <now>' when --resume continues a parent trained by other code"""
         self.resumed = False
         self.extended = False
         """--resume found a parent of a subset of this plan (--cells, fewer seeds) and extends it"""
@@ -124,18 +126,25 @@ class Session:
         c = self.campaign
         found = self.tracker.find_parent(c.plan_id)
         if not self.opts.resume:
-            if found is not None and found.info.status != "FINISHED" and not quiet:
-                print(f"note: an unfinished {c.kind} of this plan is in the store (parent "
-                      f"{found.info.run_id}, {found.info.status}); this starts a new one, "
-                      "--resume would continue it", file=sys.stderr, flush=True)
+            # A plain rerun trains anew under a new parent (the parent names the Train runs):
+            # it never reports another table's results; --resume is the way to reuse them.
+            if found is not None and not quiet:
+                unfinished = found.info.status != "FINISHED"
+                print(f"note: {'an unfinished' if unfinished else 'a finished'} {c.kind} of "
+                      f"this plan is in the store (parent {found.info.run_id}, "
+                      f"{found.info.status}); this trains every run anew under a new parent, "
+                      f"--resume would {'continue' if unfinished else 'reuse'} it",
+                      file=sys.stderr, flush=True)
             return None
         if found is not None:
+            self._code_changed(found)
             return found.info.run_id
         grid = c.tags.get("mmemb.grid")
         subset = grid and self.tracker.parent_to_extend(
             c.kind, grid, c.plan_id, {m.key: m.config_hash for m in c.members})
         if subset:
             self.extended = True
+            self._code_changed(self.tracker.client.get_run(subset))
             return subset
         tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
         latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
@@ -156,6 +165,19 @@ class Session:
                          f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
                          f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
                          "drop --resume to start this plan anew")
+
+    def _code_changed(self, parent: Any) -> None:
+        """--resume across a code change says so: the runs it keeps came from other code."""
+        from orchestrator.tracking.provenance import code_version
+
+        then, now = parent.data.tags.get("mmemb.code_version"), code_version()
+        change = f"{then} -> {now}" if then and then != now else ""
+        said, self.code_change = self.code_change, change
+        if change and change != said:  # once, though the parent is looked up twice
+            print(f"note: --resume across a code change: the {self.campaign.kind}'s finished runs "
+                  f"were trained by code {then}, this is {now}; they are kept as they are (start "
+                  "without --resume to train every run with this code)", file=sys.stderr,
+                  flush=True)
 
     def _start(self, reopen: str | None, heartbeat: bool) -> None:
         import json
@@ -192,6 +214,8 @@ class Session:
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        if reopen is not None and self.code_change:  # the first version stays the parent's
+            tags["mmemb.code_resumed"] = self.code_change
         if self.extended:  # the subset's parent becomes this plan's: its runs are reused
             print(f"--resume: extending parent run {reopen}, which ran a subset of these runs "
                   "(its finished runs are reused)", flush=True)
@@ -225,6 +249,8 @@ class Session:
                 self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
             elif isinstance(error, DiskFull):
                 self._end_all("FAILED", "the disk filled up; --resume continues the table")
+            elif isinstance(error, MemoryShort):
+                self._end_all("FAILED", "the machine ran out of memory; --resume continues it")
             else:
                 self._end_all("FAILED", f"the driver stopped: {one_line(error)}"[:500])
         self._closed = True
@@ -286,12 +312,13 @@ class Session:
             self.array_keys.update(check_data(new).array_keys)
         # Packed over *all* members, then thinned: a resumed array keeps its name (and so its
         # Train checkpoint) whenever none of its members finished.
-        arrays = noted([t for t in (
-            p.without(done) for p in pack(members, self.array_keys, self.campaign.name,
-                                          self.storage, opts.cpus_per_trial,
-                                          self.resources.gpus_per_trial, opts.max_failures,
-                                          opts.array_size, self.slots, opts.keep_checkpoints,
-                                          halving)) if t is not None])
+        # The parent names the Train runs: a plain rerun (a new parent) trains anew instead of
+        # restoring the finished checkpoints of another table of the same plan on this storage.
+        packed = [replace(p, parent=self.parent) for p in pack(
+            members, self.array_keys, self.campaign.name, self.storage, opts.cpus_per_trial,
+            self.resources.gpus_per_trial, opts.max_failures, opts.array_size, self.slots,
+            opts.keep_checkpoints, halving)]
+        arrays = noted([t for t in (p.without(done) for p in packed) if t is not None])
         sizes = sorted({len(t.members) for t in arrays})
         print(f"{len(todo)} runs in {len(arrays)} array{'s' * (len(arrays) != 1)} of "
               f"{'-'.join(map(str, sizes))} member{'s' * (sizes[-1] != 1)}, up to "
@@ -299,6 +326,9 @@ class Session:
         for t in arrays:
             if t.note:
                 print(f"  {t.label}: {t.note}", flush=True)
+        if self.resumed:  # arrays none of whose members finished continue their checkpoints
+            whole = {p.name for p in packed if p.without(done) is p}
+            self._say_lost_checkpoints([t for t in arrays if t.name in whole])
         mirror = MlflowMirror(arrays, self.journal, self.parent,
                               self.tracker.unfinished_runs(self.parent))
         self._mirrors.append(mirror)
@@ -330,13 +360,35 @@ class Session:
         except Exception as e:
             line = self.disk_full([str(e)])
             if line is None:
-                raise
+                short = memory_short(str(e))
+                if short is None:
+                    raise
+                raise MemoryShort(f"{short}; the unfinished runs end FAILED (none is left "
+                                  "RUNNING). Free memory (other programs on this machine), or "
+                                  "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
+                                  f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
         finally:
             self.live_prior.add(view)
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
                        interrupted=any(m.key not in ended for m in todo))
+
+    def _say_lost_checkpoints(self, arrays: Sequence[ArrayPlan]) -> None:
+        """--resume of an array whose runs had trained (they logged a dev score, so a checkpoint
+        was written) but whose checkpoints are gone from a local --storage: it starts again from
+        step 0, and says so instead of retraining silently."""
+        if "://" in self.storage:
+            return
+        results = self.tracker.member_results(self.parent)
+        for t in arrays:
+            started = [m.key for m in t.members
+                       if "stsb_dev" in (results.get(m.key) or {}).get("metrics", {})]
+            if started and not any((Path(self.storage) / t.name).glob("checkpoint_*")):
+                print(f"note: --resume: the checkpoints of {t.label} are gone from "
+                      f"{Path(self.storage) / t.name} (deleted, or another --storage); its "
+                      f"{len(started)} started run(s) train again from step 0", file=sys.stderr,
+                      flush=True)
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
@@ -405,6 +457,11 @@ class Session:
         complete = all(s.complete for s in analysis.status.values())
         print("\n" + md)
         print(f"\nreport: {outdir}/report.md")
+        if self.journal.refused_files:  # the store answered but kept no files: not "offline"
+            print(f"error: MLflow's artifact folder refused files ({self.journal.refused_files[0][:200]}); "
+                  f"the scores are in MLflow, and {self.journal.kept} file upload(s) (the students' "
+                  f"models) wait in {self.journal.path}: make the folder writable, then run "
+                  f"{self.journal.upload_command()}", file=sys.stderr)
         if upload_error:
             self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
             self.tracker.end(self.parent, "FAILED")
@@ -413,16 +470,18 @@ class Session:
                   f"{outdir}. Upload it again with: python -m orchestrator.report --run "
                   f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
             return 1
-        self.tracker.end(self.parent, "FINISHED" if complete else "FAILED")
+        self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
+                         else "FAILED")
         self._closed = True
-        print(f"open the runs: mlflow ui --backend-store-uri {self.tracker.uri}  "
-              "(then http://127.0.0.1:5000)")
+        print(open_hint(self.tracker.uri))
         try:
             print_links(share(self.tracker, self.parent))
         except Exception as e:  # the links are a convenience; the table's result stands
             print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
+        if self.journal.refused_files:
+            return 1
         if not complete:
-            print("some runs failed; run the same command with --resume to run only those",
+            print(closing_advice([why for m in self._mirrors for why in m.failures.values()]),
                   file=sys.stderr)
             return 1
         return 0
@@ -436,8 +495,59 @@ class Session:
         return 130
 
 
+def open_hint(uri: str) -> str:
+    """How to open the runs: a local store through ``mlflow ui``; a tracking server (a cluster's
+    head) is already the UI, reached from a laptop through an SSH tunnel."""
+    if uri.startswith(("http://", "https://")):
+        local = "127.0.0.1" in uri or "localhost" in uri
+        return (f"open the runs: {uri} in a browser" + (
+            " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
+            "to the head, then http://127.0.0.1:5000)" if local else ""))
+    return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
+
+
+DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
+                 "threshold filter masked every negative")
+"""reasons a run fails the same way every time (its settings, its method's code, its seed): a
+``--resume`` alone would repeat them (``trainables.arrays.trainer``)"""
+
+
+def closing_advice(reasons: Sequence[str]) -> str:
+    """What to do about the failed runs: fix a deterministic failure (the report's 'Failed runs'
+    names each), resume after anything else (a worker, a node or the driver that died)."""
+    fixed = [r for r in reasons if any(d in r for d in DETERMINISTIC)]
+    if reasons and len(fixed) == len(reasons):
+        return (f"{len(fixed)} run(s) failed for a reason in their settings or method (see "
+                "'Failed runs' above): --resume alone would fail them the same way; fix the "
+                "setting or the method first, then run the same command with --resume to train "
+                "only those")
+    if fixed:
+        return (f"some runs failed: {len(fixed)} for a reason in their settings or method (fix "
+                "those first, see 'Failed runs' above), the others for reasons a rerun can get "
+                "past; run the same command with --resume to run only the failed ones")
+    return "some runs failed; run the same command with --resume to run only those"
+
+
 class DiskFull(OSError):
     """The disk filled up under a campaign; the message is the one line to print."""
+
+
+class MemoryShort(OSError):
+    """Ray's memory monitor killed the campaign's actors (the machine ran low on memory); the
+    message is the one line to print, not Ray's page-long report of the workers it killed."""
+
+
+def memory_short(text: str) -> str | None:
+    """The one-line cause when ``text`` (an error out of Tune) is Ray's out-of-memory kill."""
+    import re
+
+    if "running low on memory" not in text and "OutOfMemoryError" not in text:
+        return None
+    killed = re.search(r"(\d+) worker\(s\) were killed", text)
+    used = re.search(r"was ([\d.]+GB) used / ([\d.]+GB) limit", text)
+    return ("this machine ran out of memory: Ray killed "
+            + (f"{killed.group(1)} worker(s)" if killed else "the run's workers")
+            + (f" ({used.group(1)} used of {used.group(2)})" if used else ""))
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",
@@ -472,7 +582,10 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     from orchestrator.run.preflight import array_resources
 
     res, _ = array_resources(opts, members)
-    slots = res.concurrency(local_resources()) if not opts.address else (opts.max_concurrent or 1)
+    if opts.address:
+        slots, res = cluster_slots(opts, members, res)
+    else:
+        slots = res.concurrency(local_resources())
     arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
                   opts.max_failures, opts.array_size, slots)
     return noted(arrays), slots
@@ -490,7 +603,8 @@ def resume_preview(campaign: Campaign, opts: Options) -> tuple[dict[str, str], s
         tracker = Tracker(opts.tracking_uri, create=False)
     except ValueError as e:
         raise ValueError(f"--resume: nothing to resume: {e}") from None
-    probe = SimpleNamespace(campaign=campaign, tracker=tracker, opts=opts, extended=False)
+    probe = SimpleNamespace(campaign=campaign, tracker=tracker, opts=opts, extended=False,
+                            _code_changed=lambda parent: None)
     parent = Session._find_parent(probe, quiet=True)  # the same lookup as the real resume
     keys = {m.key for m in campaign.members}
     done = {k: v for k, v in tracker.finished_runs(parent).items() if k in keys}
@@ -502,6 +616,36 @@ def resume_preview(campaign: Campaign, opts: Options) -> tuple[dict[str, str], s
     listed = "; ".join(f"{c} seed{'s' * (len(v) != 1)} {' '.join(v)}" for c, v in by_cell.items())
     return done, (f"--resume would {how} parent run {parent}: {len(done)} of {len(keys)} runs "
                   f"done ({listed or 'none'}), {len(keys) - len(done)} would train (below)")
+
+
+def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[int, Any]:
+    """The dry run with --address: joins the cluster for a moment and counts the arrays at once
+    as the real run will (its GPU default, its nodes now), so both plan the same packing; a
+    cluster that does not answer leaves --max-concurrent (or 1), said in one note."""
+    import ray
+
+    from orchestrator.run.preflight import array_resources
+    from orchestrator.run.resources import cluster_nodes
+    from trainables.ray_env import init_ray, root_cause
+
+    try:
+        init_ray(opts.address, log_to_driver=False)
+    except Exception as e:
+        print(f"note: the Ray cluster at {opts.address} did not answer ({root_cause(e)}); the "
+              f"plan below assumes {opts.max_concurrent or 1} array(s) at a time", file=sys.stderr)
+        return opts.max_concurrent or 1, res
+    try:
+        gpus = opts.gpus_per_trial
+        if gpus is None:
+            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        res, _ = array_resources(opts, members, gpus)
+        nodes = cluster_nodes()
+        slots = res.concurrency(nodes, True)
+        print(f"cluster {opts.address}: {len(nodes)} node(s) now, {slots} array(s) at a time "
+              "(an autoscaling cluster may add nodes once the run asks)", flush=True)
+        return slots, res
+    finally:
+        ray.shutdown()
 
 
 def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:

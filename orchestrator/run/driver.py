@@ -169,3 +169,27 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def running_driver(tracker: Any, parent: Any) -> dict[str, Any] | None:
+    """The driver still running a parent run's plan, or None when none is: the holder of its
+    lock beside a sqlite store, or the driver whose heartbeat on the parent is fresh (a server).
+    Read without taking anything a driver would wait for."""
+    from orchestrator.tracking.client import sqlite_path
+
+    tags = dict(parent.data.tags)
+    if tags.get(HEARTBEAT_TAG) and (holder := live_driver(tags)) is not None:
+        return holder
+    db, plan = sqlite_path(tracker.uri), tags.get("mmemb.plan_id")
+    if db is None or not plan:
+        return None
+    path = lock_paths(plan, db, "://")[0]
+    if not path.is_file():
+        return None
+    with path.open("r") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read(path) or {"pid": "?"}
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None

@@ -274,6 +274,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     if ckey not in checked:
         checked.add(ckey)
         check_dims(cfg, data)
+        try_method_once(cfg, data, lines)
         sample = threshold_sample(cfg, data)
         if sample is not None:
             f = method_of(cfg.objective).negative_filter(cfg.objective)
@@ -291,6 +292,36 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
     counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)
     steps[m.key] = int(min(counts.total_steps, cfg.max_steps or math.inf))
     keys[m.key] = array_key(cfg, steps[m.key])
+
+
+def _hidden(name: str, cache: str, teacher: bool = False) -> int:
+    """An encoder's hidden size; a text teacher's embedding size (a CLIP text teacher's is its
+    projection, ``trainables.teachers.TextTeacher.dim``)."""
+    from transformers import AutoConfig
+
+    from trainables.profiles import resolve_encoder
+    from trainables.teachers import CLIP_TYPES
+
+    cfg = AutoConfig.from_pretrained(resolve_encoder(name, cache))
+    if teacher and cfg.model_type in CLIP_TYPES:
+        return int(cfg.projection_dim)
+    return int(cfg.hidden_size)
+
+
+def try_method_once(cfg, data, lines: list[str]) -> None:
+    """One forward and backward of the member's method (heads and loss terms) on a tiny batch
+    at its real sizes (``trainables.arrays.dry_step``): a plug-in's shape or dtype error is
+    refused here, naming the method, its heads and the sizes, before anything trains."""
+    from trainables.arrays.dry_step import try_method
+
+    hidden = _hidden(cfg.encoder, cfg.data.cache_dir)
+    teachers = [_hidden(t, cfg.data.cache_dir, teacher=True) for t in cfg.text_teachers] \
+        if cfg.needs.text_teachers else []
+    try_method(cfg, hidden, data.image_dim if data.pairs is not None else None,
+               data.clip_text_dim, teachers)
+    line = f"method {cfg.objective.method}: one step of its heads and loss at hidden {hidden} builds"
+    if line not in lines:
+        lines.append(line)
 
 
 def check_campaign(members: Sequence[RunPlan], opts: Options,

@@ -62,14 +62,20 @@ class ArrayPlan:
     keep_checkpoints: bool = False
     halving: tuple[tuple[int, ...], float] | None = None
     """search only: (rung steps, eta) of the successive halving of member groups in the array"""
+    parent: str = ""
+    """the MLflow parent run (the table or search) these trainings belong to: part of the Train
+    run's name, so a plain rerun (a new parent) never restores another table's checkpoints,
+    while ``--resume`` (which reopens the parent) continues its own"""
     note: str = ""
     """why the array trains slower than a stacked one ('' when its encoder stacks): the looped
     fallback's line (``trainables.arrays.looped``), set by ``orchestrator.run.campaign.noted``"""
 
     @property
     def name(self) -> str:
-        """Stable per member set: a resumed array finds its Train run's checkpoints."""
-        blob = json.dumps(sorted((m.key, m.config_hash) for m in self.members))
+        """Stable per member set and parent run: a resumed array finds its Train run's
+        checkpoints; the same members under another parent are another Train run."""
+        runs = sorted((m.key, m.config_hash) for m in self.members)
+        blob = json.dumps([runs, self.parent] if self.parent else runs)
         return f"{path_part(self.campaign)}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
     @property
@@ -126,6 +132,11 @@ def plan_id(kind: str, name: str, members: Sequence[RunPlan], *extra: object) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+AUTO_MAX_MEMBERS = 64
+"""the most members 'auto' puts in one array: a thousand seeds on one device would make one array
+of a thousand stacked students (memory no check here foresees); more arrays queue instead"""
+
+
 def pack(members: Sequence[RunPlan], array_keys: dict[str, str], campaign: str, storage: str,
          cpus: float, gpus: float, max_failures: int, array_size: int | None, slots: int,
          keep_checkpoints: bool = False,
@@ -149,7 +160,7 @@ def pack(members: Sequence[RunPlan], array_keys: dict[str, str], campaign: str, 
         n = sum(len(u) for u in units)
         if array_size is None:
             arrays = max(1, min(len(units), round(max(1, slots) * n / total)))
-            cap = math.ceil(n / arrays)
+            cap = min(math.ceil(n / arrays), AUTO_MAX_MEMBERS)
         else:
             cap = array_size
         for chunk in _chunks(units, cap):

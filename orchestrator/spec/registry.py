@@ -105,6 +105,8 @@ def _from_file(path: str, attr: str) -> Any:
     in ``sys.modules``, so a method it defines itself can be found again by a Ray worker
     (``trainables.objectives.methods``)."""
     p = Path(path).resolve()
+    if p.is_dir():
+        raise ValueError(f"{path} is a folder; pass a name (see --list) or the .py file inside it")
     if not p.is_file():
         raise ValueError(f"file {path} does not exist; pass a name (see --list) or an existing .py file")
     name = f"_mmemb_user_{p.stem}"

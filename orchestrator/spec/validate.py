@@ -22,6 +22,10 @@ def _demo_build(overrides: Mapping[str, Any]) -> Any:
     return build_config("demo", overrides=dict(overrides))
 
 
+NAME_LIMIT = 100
+"""the longest grid or cell name: it becomes a member key, a run name and folder names"""
+
+
 def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_build) -> None:
     """Every cell builds a valid RunConfig; names, baseline, seeds, published keys and sweep are sane."""
     where = f"grid {grid.name!r}"
@@ -31,6 +35,12 @@ def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"{where}: duplicate cell names {dup}")
+    for n in [grid.name, *names]:  # they name MLflow runs, trial keys and checkpoint folders
+        if len(n) > NAME_LIMIT:
+            what = "its name" if n == grid.name else f"cell {n[:40]!r}..."
+            raise ValueError(f"{where}: {what} is {len(n)} characters; names become MLflow run "
+                             f"names and folder names: keep each to {NAME_LIMIT} characters or "
+                             "fewer (rename it in the grid file)")
     slugs = [slug(n) for n in names]
     if len(set(slugs)) != len(slugs):
         raise ValueError(f"{where}: cell names {names} collide as trial keys {slugs}; rename one")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking.provenance import git_state
+from orchestrator.tracking.provenance import code_version, git_state
 
 EXPERIMENT = "mmemb"
 TAG = "mmemb."  # prefix of our tags
@@ -50,6 +50,9 @@ def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
             raise ValueError(f"{option} {uri}: not a sqlite file (an in-memory store loses every "
                              "run when the command ends); use sqlite:///PATH/mlflow.db")
         _check_local(Path(uri.removeprefix("sqlite:///")), uri, option)
+        _check_sqlite_file(Path(uri.removeprefix("sqlite:///")), uri, option)
+    elif scheme and scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
+        _check_driver(uri, option)
     elif scheme in ("", "file"):  # a file store: the URI names its folder
         _check_local(Path(urllib.parse.urlparse(uri).path if scheme else uri), uri, option)
     check_reachable(uri)
@@ -58,6 +61,13 @@ def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
 def _check_local(path: Path, uri: str, option: str) -> None:
     """The store file (or folder) ``path`` can be created or written where the URI says."""
     folder = path.absolute().parent
+    if path.is_dir():
+        raise ValueError(f"{option} {uri}: {path} is a folder, not a store file; name a file "
+                         f"inside it (sqlite:///{path}/mlflow.db)")
+    taken = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if taken is not None and not taken.is_dir():
+        raise ValueError(f"{option} {uri}: {taken} is a file, so no folder can be made there; "
+                         f"point {option} elsewhere")
     if not folder.is_dir():
         raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
                          f"(mkdir -p {folder}) or point {option} elsewhere")
@@ -74,6 +84,67 @@ def _check_local(path: Path, uri: str, option: str) -> None:
                          f"fix its permissions or point {option} at a writable folder")
 
 
+QUICK_CHECK_BYTES = 256 * 2**20
+"""stores up to this size get SQLite's page-by-page check before a command opens them"""
+
+
+def _check_sqlite_file(path: Path, uri: str, option: str) -> None:
+    """An existing store file is a whole SQLite database (not another file of that name, not one
+    cut short by a full disk or a copy that stopped), read without writing a byte."""
+    if not path.is_file() or path.stat().st_size == 0:  # a new store (or an empty file) is made
+        return
+    import sqlite3
+
+    aside = f"move it aside (mv {path} {path}.bad) to start a new store there, or point {option} at another file"
+    with path.open("rb") as f:
+        head = f.read(100)
+    if head[:16] != b"SQLite format 3\x00":
+        raise ValueError(f"{option} {uri}: {path} is not a SQLite database (it starts with "
+                         f"{head[:8]!r}); {aside}")
+    # The header's page size and page count (valid when its two change counters agree): a file
+    # shorter than that was cut short. Then, on stores small enough to read in a blink, a check
+    # of every page.
+    size = int.from_bytes(head[16:18], "big")
+    size = 65536 if size == 1 else size
+    pages = int.from_bytes(head[28:32], "big")
+    if len(head) == 100 and head[24:28] == head[92:96] and pages and \
+            path.stat().st_size < size * pages:
+        raise ValueError(f"{option} {uri}: {path} is cut short ({path.stat().st_size} of "
+                         f"{size * pages} bytes); restore it from a backup, or {aside}")
+    if path.stat().st_size > QUICK_CHECK_BYTES:
+        return
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            row = con.execute("PRAGMA quick_check").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        row = (str(e),)
+    if not row or row[0] != "ok":
+        raise ValueError(f"{option} {uri}: {path} is a damaged SQLite database ({row[0] if row else 'unreadable'}); "
+                         f"restore it from a backup, or {aside}")
+
+
+def _check_driver(uri: str, option: str) -> None:
+    """A database store's Python driver is installed (SQLAlchemy imports it on first use)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(uri)
+        dialect = url.get_dialect()
+        (getattr(dialect, "import_dbapi", None) or dialect.dbapi)()
+    except ImportError as e:
+        name = getattr(e, "name", None) or str(e).split()[-1].strip("'\"")
+        driver = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'", "MySQLdb": "mysqlclient", "pymysql": "pymysql",
+                  "pyodbc": "pyodbc"}.get(name, name)
+        raise ValueError(f"{option} {url.render_as_string(hide_password=True)}: the Python driver "
+                         f"for this database is not installed (no module {name!r}); pip install "
+                         f"{driver}, or use sqlite:///PATH/mlflow.db") from None
+    except Exception as e:  # a malformed URL, a dialect SQLAlchemy does not know
+        raise ValueError(f"{option}: {e}; use {_FORMS}") from None
+
+
 UNREACHABLE_HINT = "start it (mlflow server ...) or drop --tracking-uri to use the local store"
 
 
@@ -85,6 +156,10 @@ def check_reachable(uri: str, timeout: float = 5.0, hint: str = UNREACHABLE_HINT
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
             healthy = r.status == 200
+    except urllib.error.HTTPError as e:  # something answers there, but not MLflow's /health
+        raise ConnectionError(
+            f"{uri} answers but is not an MLflow tracking server (HTTP {e.code} on /health); "
+            "check the host and port (mlflow server prints them when it starts)") from None
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         raise ConnectionError(
             f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); {hint}"
@@ -223,6 +298,10 @@ class Tracker:
         except MlflowException as e:
             if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST" and \
                     "not found" not in str(e).lower():
+                if getattr(e, "error_code", "") == "INVALID_PARAMETER_VALUE":
+                    raise ValueError(f"--run {run_id!r} is not an MLflow run id (32 hex "
+                                     "characters); pass the parent run id that "
+                                     "orchestrator.ablate (or search) printed") from None
                 raise
         raise ValueError(f"no run {run_id} in {self.uri}; pass a parent run id that "
                          "orchestrator.ablate (or search) printed, with the --tracking-uri it used")
@@ -250,7 +329,8 @@ class Tracker:
                 self.client.set_tag(reopen, k, v)
             return reopen
         run = self.client.create_run(self.experiment_id, run_name=name, tags={
-            f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(), **tags,
+            f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(),
+            f"{TAG}code_version": code_version(), **tags,
         })
         if summary is not None:
             self.client.log_text(run.info.run_id, json.dumps(summary, indent=1), "plan.json")
@@ -403,7 +483,9 @@ class Tracker:
                 m["best_stsb_dev"] = r.data.metrics.get("best_stsb_dev", float("nan"))
                 ok.setdefault(cell, {})[seed] = m
             else:
-                failed.setdefault(cell, {})[seed] = t.get(f"{TAG}error") or r.info.status
+                failed.setdefault(cell, {})[seed] = t.get(f"{TAG}error") or (
+                    "still RUNNING: its table is training, or its driver is gone (--resume "
+                    "continues it)" if r.info.status == "RUNNING" else r.info.status)
         for cell, seeds in failed.items():  # a later success of the same trial wins
             for seed in [s for s in seeds if s in ok.get(cell, {})]:
                 del seeds[seed]

@@ -53,6 +53,9 @@ class Journal:
         self.moved_from: Path | None = None
         self.failures: list[str] = []
         """why each write to MLflow or to a journal folder failed (the full-disk diagnosis)"""
+        self.refused_files: list[str] = []
+        """why the store refused to keep files (its artifact folder not writable) while it
+        still answered: those writes wait in the journal, the others go on"""
 
     # --- writes -----------------------------------------------------------------------------
     def start_child(self, parent_id: str, plan: Mapping[str, Any],
@@ -99,6 +102,14 @@ class Journal:
         try:
             out = call()
             return True if out is None else out
+        except PermissionError as e:  # the store answers; its artifact folder refuses files
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            if not self.refused_files:
+                print(f"warning: MLflow cannot store files ({why[:200]}); the store still "
+                      f"answers, so runs go on; the files wait in {self.path} for "
+                      "orchestrator.sync once the folder is writable", file=sys.stderr, flush=True)
+            self.refused_files.append(why)
+            return None
         except Exception as e:  # any tracking failure: keep the write, never lose the result
             self.offline = True
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -161,14 +172,52 @@ class Journal:
         return f"python -m orchestrator.sync {self.path} --tracking-uri {self.tracker.uri}"
 
 
-def parents(journal: Path, tracker: Tracker | None = None) -> list[str]:
+FIELDS = {"parent": ("parent",), "start_child": ("parent", "plan"),
+          "log_result": ("handle", "result"), "log_model": ("handle", "folder"),
+          "set_tag": ("handle", "key", "value"), "end": ("handle", "status")}
+"""each journal operation and the fields it needs"""
+
+
+def entries(journal: Path, say=None) -> list[dict]:
+    """A journal's entries, each checked. A last line cut short (the writer was killed, or the
+    disk filled, mid-line) is left out, saying so; any other line that is not a journal entry is
+    one line naming the file, the line and the fix."""
+    lines = [(i, ln) for i, ln in enumerate(journal.read_text(errors="replace").splitlines(), 1)
+             if ln.strip()]
+    out: list[dict] = []
+    for pos, (i, line) in enumerate(lines):
+        try:
+            e = json.loads(line)
+        except ValueError as err:
+            if pos == len(lines) - 1:
+                (say or _say)(f"note: journal {journal}: its last line ({i}) was cut short "
+                              f"(the command writing it stopped mid-line); the {len(out)} "
+                              "entries before it are uploaded, that one is lost")
+                break
+            raise ValueError(f"journal {journal} line {i} is not JSON ({err}); the file is damaged "
+                             "in the middle, so nothing was uploaded: restore it, or cut that "
+                             "line out to upload the rest") from None
+        need = FIELDS.get(e.get("op")) if isinstance(e, dict) else None
+        if need is None or any(k not in e for k in need) or \
+                (e["op"] == "start_child" and not isinstance(e["plan"], dict)):
+            raise ValueError(f"journal {journal} line {i} is not a journal entry (got "
+                             f"{line[:80]!r}); nothing was uploaded. Pass the "
+                             "mlflow-journal-*.jsonl file the table printed")
+        out.append(e)
+    return out
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def parents(journal: Path, tracker: Tracker | None = None, quiet: bool = False) -> list[str]:
     """The parent runs a journal's entries belong to (named in it, or asked of the store)."""
     out: list[str] = []
     handles: set[str] = set()
-    for line in journal.read_text().splitlines():
-        if not line.strip():
-            continue
-        e = json.loads(line)
+    for e in entries(journal, say=(lambda _line: None) if quiet else None):
         if e["op"] in ("parent", "start_child") and e["parent"] not in out:
             out.append(e["parent"])
         elif e.get("handle") and not e["handle"].startswith(PENDING):
@@ -184,8 +233,8 @@ def parents(journal: Path, tracker: Tracker | None = None) -> list[str]:
 def replay(journal: Path, tracker: Tracker) -> int:
     """Apply a journal to MLflow in order; returns the number of entries applied."""
     handles: dict[str, str] = {}
-    entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    for e in entries:
+    todo = entries(journal, say=lambda _line: None)  # parents() has said what was cut
+    for e in todo:
         if e["op"] == "parent":
             continue
         if e["op"] == "start_child":
@@ -205,4 +254,4 @@ def replay(journal: Path, tracker: Tracker) -> int:
             tracker.client.set_tag(run, e["key"], e["value"])
         elif e["op"] == "end":
             tracker.end(run, e["status"])
-    return len(entries)
+    return len(todo)

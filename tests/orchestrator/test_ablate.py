@@ -154,6 +154,19 @@ def test_cells_runs_a_subset_for_real_and_resume_of_the_grid_extends_it(workdir,
     md = tr.load_artifact_text(pid, "report.md")
     assert "| without AdapACSE |" in md and "| without threshold filtering |" in md
 
+    # a plain rerun on the same storage trains anew: it never reports the runs it did not train
+    capsys.readouterr()
+    assert ablate.main([*argv, "--cells", "KDMCSE"]) == 0
+    out = capsys.readouterr().out
+    assert "0 already done, 4 to run" in out
+    (rerun,) = [p for p in tr.client.search_runs([tr.experiment_id], "tags.`mmemb.kind` = 'table'")
+                if p.info.run_id != pid]
+    before = {c.data.tags["mmemb.array"] for c in tr.children(pid)}
+    after = {c.data.tags["mmemb.array"] for c in tr.children(rerun.info.run_id)}
+    assert len(tr.children(rerun.info.run_id)) == 4 and not before & after
+    assert all(list((tmp_path / "runs").glob(f"{a}/checkpoint_*")) or
+               (tmp_path / "runs" / a).is_dir() for a in after)  # its own Train runs
+
 
 @pytest.mark.parametrize("argv,msg", [
     (["--grid", "nope"], "unknown grid 'nope'"),

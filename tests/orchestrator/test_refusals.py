@@ -128,6 +128,10 @@ GRID_FILES = {
                          "line 3: RuntimeError: no such table; fix that file"),
     "divides-by-zero": (GRID_HEAD + "SEEDS = 1 / 0\n", "line 2: ZeroDivisionError: division by zero"),
     "not-a-grid": ("GRID = {'name': 'mine'}\n", "GRID is a dict, not a Grid"),
+    "long-cell-name": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                       "    Cell('A', {'objective.method': 'mcse'}),\n"
+                       "    Cell('B' * 310, {'objective.method': 'kdmcse'})))\n",
+                       "is 310 characters; names become MLflow run names and folder names"),
     "bad-setting": (GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
                     "    Cell('A', {'objective.method': 'mcse', 'lr': -1}),))\n",
                     "cell 'A': invalid run config: lr=-1.0 must be a finite number > 0"),
@@ -381,3 +385,213 @@ def test_a_bad_study_storage_is_refused_before_anything(url, message, space, tmp
             "2", "--storage", str(tmp_path / "runs"), "--tracking-uri",
             f"sqlite:///{tmp_path / 'mlflow.db'}", "--study-storage", url, "--dry-run"]
     refused(tmp_path, search.main, argv, message, capsys, monkeypatch)
+
+
+# --- issue 31: a plug-in whose head does not fit its loss ---------------------------------------
+MISFIT_GRID = '''
+import tests.trainables.misfit_method  # noqa: F401  (registers "misfit")
+
+from orchestrator.spec.grids import Cell, Grid
+
+GRID = Grid(name="misfit", title="a plug-in whose head does not fit its loss",
+            cells=(Cell("MCSE", {"objective.method": "mcse"}),
+                   Cell("Misfit", {"objective.method": "misfit"})),
+            baseline="MCSE", seeds=(0, 1))
+'''
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_plugin_whose_head_does_not_fit_its_loss_is_refused_before_anything_trains(
+        dry, space, tmp_path, capsys, monkeypatch):
+    grid = space / "misfit_grid.py"
+    grid.write_text(MISFIT_GRID)
+    argv = ["--grid", str(grid), "--profile", str(space / "tiny.yaml"), "--storage",
+            str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+            *(["--dry-run"] if dry else [])]
+    line = refused(tmp_path, ablate.main, argv, "method 'misfit' fails one text batch", capsys,
+                   monkeypatch)
+    assert "cell(s) ['Misfit']" in line and "aux (linear z 32->7)" in line, line
+    assert "hidden 32" in line and "size of tensor a (7)" in line and "fix the method" in line
+    assert "--resume" not in line
+
+
+# --- issue 31: stores that are not what they seem ------------------------------------------------
+def _sqlite_header(pages: int) -> bytes:
+    """The 100-byte header of a SQLite file of ``pages`` 4096-byte pages (change counters equal)."""
+    head = bytearray(100)
+    head[:16] = b"SQLite format 3\x00"
+    head[16:18] = (4096).to_bytes(2, "big")
+    head[24:28] = head[92:96] = (7).to_bytes(4, "big")
+    head[28:32] = pages.to_bytes(4, "big")
+    return bytes(head)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"this is my lab notebook, not a database\n", "is not a SQLite database"),
+    (_sqlite_header(10) + b"\0" * 4000, "is cut short (4100 of 40960 bytes)"),
+], ids=["not-sqlite", "truncated"])
+def test_a_store_file_that_is_not_a_whole_sqlite_database_is_refused(content, message, space,
+                                                                     tmp_path, capsys,
+                                                                     monkeypatch):
+    (tmp_path / "mlflow.db").write_bytes(content)
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run"), message, capsys,
+                   monkeypatch)
+    assert f"mv {tmp_path / 'mlflow.db'} {tmp_path / 'mlflow.db'}.bad" in line
+    refused(tmp_path, report.main, ["--run", "0" * 32], message, capsys, monkeypatch)
+    assert (tmp_path / "mlflow.db").read_bytes() == content
+
+
+def test_a_database_store_without_its_driver_is_refused(space, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("sqlalchemy")
+    try:
+        import psycopg  # noqa: F401
+        pytest.skip("a PostgreSQL driver is installed")
+    except ImportError:
+        pass
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--tracking-uri") + 1] = "postgresql://me:secret@db.lab:5432/mlflow"
+    line = refused(tmp_path, ablate.main, argv, "the Python driver for this database is not "
+                   "installed", capsys, monkeypatch)
+    assert "pip install" in line and "secret" not in line
+
+
+class _NotMlflow(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_that_is_not_mlflow_is_named_as_such(space, tmp_path, capsys, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMlflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        argv = table(space, tmp_path, "--dry-run")
+        argv[argv.index("--tracking-uri") + 1] = f"http://127.0.0.1:{server.server_address[1]}"
+        line = refused(tmp_path, ablate.main, argv, "answers but is not an MLflow tracking server "
+                       "(HTTP 404 on /health)", capsys, monkeypatch)
+        assert "unreachable" not in line
+    finally:
+        server.shutdown()
+
+
+# --- issue 31: report on a table that still trains, or was left RUNNING ---------------------------
+def _running_table(d: Path, plan: str) -> tuple[str, str]:
+    from orchestrator.results.report import grid_spec
+    from orchestrator.spec.registry import load_grid
+    from orchestrator.tracking.client import Tracker
+
+    tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
+    parent = tr.start_parent("table3 (demo)", "table", plan, {"mmemb.grid": "kdmcse_table3"})
+    tr.log_artifact_text(parent, "grid.json", json.dumps(grid_spec(load_grid("table3"))))
+    child = tr.start_child(parent, {"key": "mcse/seed-0", "cell": "MCSE", "seed": 0,
+                                    "grid": "kdmcse_table3", "config_hash": "0" * 12,
+                                    "run_name": "MCSE | seed 0", "run": {"seed": 0}})
+    return parent, child
+
+
+def test_report_on_a_table_that_still_trains_writes_nothing(tmp_path, capsys, monkeypatch):
+    from orchestrator.run.driver import DriverLock, lock_paths
+
+    store = tmp_path / "store"
+    store.mkdir()
+    parent, _ = _running_table(store, "plan-live")
+    lock = DriverLock(lock_paths("plan-live", store / "mlflow.db", "s3://x"), "the table")
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        uri = f"sqlite:///{store / 'mlflow.db'}"
+        refused(work, report.main, ["--run", parent, "--tracking-uri", uri],
+                f"the table of parent {parent} is still training (process", capsys, monkeypatch)
+        assert not (store / "reports").exists()
+    finally:
+        lock.release()
+
+
+def test_report_on_a_parent_left_running_says_so_and_closes_it_when_asked(tmp_path, capsys,
+                                                                          monkeypatch):
+    from orchestrator.tracking.client import Tracker
+
+    parent, child = _running_table(tmp_path, "plan-gone")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rc, out, err = run_in(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri], capsys,
+                          monkeypatch)
+    assert rc == 0, err
+    assert f"parent {parent} was left RUNNING by a driver that is gone" in err
+    assert f"orchestrator.report --run {parent} --close" in err
+    tr = Tracker(uri)
+    assert tr.client.get_run(parent).info.status == "RUNNING"
+    rc, out, err = run_in(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri, "--close"],
+                          capsys, monkeypatch)
+    assert rc == 0 and "now KILLED" in out, err
+    assert tr.client.get_run(parent).info.status == "KILLED"
+    assert tr.client.get_run(child).info.status == "KILLED"
+
+
+def test_report_out_never_writes_over_a_users_own_files(a_table, tmp_path, capsys, monkeypatch):
+    d, parent, _ = a_table
+    mine = tmp_path / "paper"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own notes")
+    refused(tmp_path, report.main, ["--run", parent, "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}",
+                                    "--out", str(mine)],
+            f"--out {mine} already holds report.md, which orchestrator.report did not write",
+            capsys, monkeypatch)
+    assert (mine / "report.md").read_text() == "my own notes"
+
+
+# --- issue 31: sync on a journal cut short or of the wrong shape ----------------------------------
+def test_sync_uploads_a_journal_whose_last_line_was_cut(a_table, tmp_path, capsys, monkeypatch):
+    from orchestrator.tracking.client import Tracker
+
+    d, parent, child = a_table
+    journal = tmp_path / "mlflow-journal-plan.jsonl"
+    journal.write_text(json.dumps({"op": "parent", "parent": parent}) + "\n"
+                       + json.dumps({"op": "set_tag", "handle": child, "key": "mmemb.cut",
+                                     "value": "kept"}) + "\n"
+                       + '{"op": "set_tag", "handle": "' + child[:7])  # killed mid-line
+    uri = f"sqlite:///{d / 'mlflow.db'}"
+    rc, out, err = run_in(tmp_path, sync.main, [str(journal), "--tracking-uri", uri], capsys,
+                          monkeypatch)
+    assert rc == 0, err
+    assert f"journal {journal}: its last line (3) was cut short" in err and "2 entries" in err
+    assert Tracker(uri).client.get_run(child).data.tags["mmemb.cut"] == "kept"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[1, 2, 3]\n{"op": "end"}\n', "line 1 is not a journal entry"),
+    ('{"op": "set_tag", "handle": "x"}\n', "line 1 is not a journal entry"),
+    ('{"op": "parent", "parent": "p"}\nnot json\n{"op": "parent", "parent": "p"}\n',
+     "line 2 is not JSON"),
+], ids=["wrong-shape", "missing-fields", "damaged-middle"])
+def test_sync_refuses_a_journal_it_cannot_read_naming_the_line(text, message, a_table, tmp_path,
+                                                                capsys, monkeypatch):
+    d, _, _ = a_table
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(text)
+    line = refused(tmp_path, sync.main, [str(journal), "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"],
+                   f"journal {journal} {message}", capsys, monkeypatch)
+    assert "nothing was uploaded" in line
+
+
+# --- issue 31: messages that named the wrong cause ------------------------------------------------
+def test_a_file_where_a_folder_should_be_is_named_as_a_file(space, tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "results"
+    blocker.write_text("a file, not a folder")
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--storage") + 1] = str(blocker / "runs")
+    line = refused(tmp_path, ablate.main, argv, f"{blocker} is a file, so no folder can be made",
+                   capsys, monkeypatch)
+    assert "mkdir" not in line
+    argv = table(space, tmp_path, "--dry-run")
+    argv[argv.index("--tracking-uri") + 1] = f"sqlite:///{blocker / 'mlflow.db'}"
+    line = refused(tmp_path, ablate.main, argv, f"{blocker} is a file, so no folder can be made",
+                   capsys, monkeypatch)
+    assert "mkdir" not in line
+
+
+def test_a_folder_given_for_a_file_is_named_as_a_folder(space, tmp_path, capsys, monkeypatch):
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(space)),
+            f"config file {space} is a folder; pass the YAML file inside it", capsys, monkeypatch)

@@ -74,10 +74,12 @@ def test_cli_and_yaml_overrides(tmp_path):
         load_yaml(bad)
     broken = tmp_path / "broken.yaml"
     broken.write_text("a: [1, 2\n")
-    with pytest.raises(ValueError, match="not valid YAML"):
-        load_yaml(broken)
+    with pytest.raises(ValueError, match=r"not valid YAML at line 2, column 1 \(expected ','"):
+        load_yaml(broken)  # the line and the problem, as a YAML editor names them
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_yaml(tmp_path / "missing.yaml")
+    with pytest.raises(FileNotFoundError, match="is a folder; pass the YAML file inside it"):
+        load_yaml(tmp_path)
 
 
 def test_flatten_only_descends_into_sections():

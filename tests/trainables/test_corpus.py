@@ -114,3 +114,20 @@ def test_tokenize_pair_batch_from_store(tok, tmp_path):
     assert out["image"].dtype == torch.float32
     assert torch.equal(out["input_ids"], Tokenize(tok)(["the sun", "a cat"])["input_ids"])
     assert out["image_id"] == ["2", "0"] and "caption" not in out
+
+
+def test_a_file_without_line_breaks_is_refused_at_once_not_read_whole(tmp_path):
+    """Issue 31: a 2 GB file with no newline kept the dry run silent for minutes (each chunk was
+    joined to the growing line); now the first MiB without a break is enough to refuse it."""
+    from trainables.corpus import MAX_LINE, TextCorpus
+    from trainables.store import StoreError
+
+    blob = tmp_path / "dump.bin"
+    blob.write_bytes(b"x" * (3 * MAX_LINE))
+    with pytest.raises(StoreError, match=r"dump.bin: the line at byte 0 runs past 1 MiB without "
+                                         r"a line break.*check that this is the corpus file"):
+        TextCorpus(blob, cache_dir=tmp_path / "cache")
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"a sentence .\r" * (MAX_LINE // 8))
+    with pytest.raises(StoreError, match=r"breaks lines with \\r alone"):
+        TextCorpus(mac, cache_dir=tmp_path / "cache")

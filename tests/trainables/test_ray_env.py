@@ -29,3 +29,18 @@ def test_storage_uri_and_root_cause(tmp_path):
     err = RuntimeError("Traceback ...\n  File x\nray.exceptions.RayTaskError: wrapped\n"
                        "torch.OutOfMemoryError: CUDA out of memory (injected at step 2)\n")
     assert ray_env.root_cause(err) == "OutOfMemoryError: CUDA out of memory (injected at step 2)"
+
+
+def test_ray_state_dumps_go_to_a_file_the_output_names(monkeypatch, capsys, tmp_path):
+    """Issue 31: on a lost node about 20 `[state-dump]` lines flooded the table's output."""
+    import ray._private.worker as rw
+
+    monkeypatch.setattr(rw, "print_to_stdstream", rw.print_to_stdstream)
+    monkeypatch.setattr(ray_env, "_dump_log", [tmp_path / "dumps.log"])
+    ray_env.quiet_raylet()
+    dump = [f"[state-dump] NodeManager: line {i}" for i in range(20)]
+    rw.print_to_stdstream({"lines": [*dump, "A node died"], "pid": "raylet", "is_err": True},
+                          ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert "[state-dump]" not in out + err and "A node died" in out + err
+    assert (tmp_path / "dumps.log").read_text().splitlines() == dump

@@ -79,9 +79,9 @@ def test_official_sequence_and_loader_semantics(n_text, n_pair, bs):
 
 
 def test_official_refuses_more_pair_than_text_batches():
-    with pytest.raises(ScheduleError, match="mode='proportional'"):
+    with pytest.raises(ScheduleError, match="schedule=proportional"):
         count_steps(100, 200, 10)
-    with pytest.raises(ScheduleError, match="mode='proportional'"):
+    with pytest.raises(ScheduleError, match="schedule=proportional"):
         BatchSchedule(100, 200, 10)
 
 

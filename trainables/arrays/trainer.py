@@ -85,6 +85,8 @@ class Member:
         self.data = data
         self.teachers = None
         self.teacher_columns: tuple[str, ...] = ()
+        self.teacher_index: tuple[int, ...] = ()
+        """per configured text teacher, its model in ``teachers`` when one model is named twice"""
         self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
                                       cfg.seed, mode=cfg.schedule)
         self.total_steps = min(self.schedule.total_steps, cfg.max_steps or math.inf)
@@ -114,7 +116,13 @@ class ArrayTrainer:
         self.cfg = cfgs[0]
         self.rank, self.world = rank, world
         self.device = torch.device(device)
-        self.members = [Member(k, c, d, self.device) for (k, c), d in zip(members, self._data(cfgs), strict=True)]
+        self.failed_setup: dict[str, str] = {}
+        """member key -> why it could not be set up (a draw that cannot be built, a plug-in
+        whose heads do not resolve): it fails alone, with that reason; its array-mates train"""
+        self._setup_unreported: list[str] = []
+        self.members = [m for (k, c), d in zip(members, self._data(cfgs), strict=True)
+                        if (m := self._member_setup(k, lambda k=k, c=c, d=d: Member(k, c, d, self.device)))]
+        self._all_failed()
         steps = {m.total_steps for m in self.members}
         if len(steps) != 1:
             raise ValueError(f"members of one array must train the same number of steps, got {sorted(steps)}; "
@@ -125,13 +133,22 @@ class ArrayTrainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
         self.tokenize = Tokenize(self.tokenizer, max_length=self.cfg.max_length)
+        # Each member's heads and teachers before the stacked encoder: a member that cannot be
+        # built leaves here, and the encoder stacks only the members that train.
+        from transformers import AutoConfig
+
+        hidden = AutoConfig.from_pretrained(source).hidden_size
+        configs = {m.key: self._member_setup(m.key, lambda m=m: self._student_config(m, source, hidden))
+                   for m in self.members}
+        self._build_teachers()
+        self.members = [m for m in self.members if configs[m.key] and m.key not in self.failed_setup]
+        self._all_failed()
         encoder = build_encoder(source, len(self.members))
         self.note = encoder.note
         """why this array trains slower than a stacked one, or None (printed once, here)"""
         if self.note and rank == 0:
             print(self.note, flush=True)
-        self.student_configs = [self._student_config(m, source, encoder.hidden_size)
-                                for m in self.members]
+        self.student_configs = [configs[m.key] for m in self.members]
         mlps, heads = [], []
         for m, sc in zip(self.members, self.student_configs, strict=True):
             with torch.random.fork_rng(devices=[]):  # each member's heads from its own seed
@@ -140,7 +157,6 @@ class ArrayTrainer:
                                        getattr(encoder.hf_config, "initializer_range", 0.02)))
                 heads.append(MethodHeads(sc.heads))
         self.model = ArrayModel(encoder, mlps, heads).to(self.device)
-        self._build_teachers()
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
             self.model.own_parameters(),
@@ -160,6 +176,26 @@ class ArrayTrainer:
         self.groups = {m.key: (groups or {}).get(m.key, m.key) for m in self.members}
 
     # --- setup ----------------------------------------------------------------------------
+    def _member_setup(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()``, or None when it raised: the member is marked failed with the reason.
+        Running out of memory is the array's problem, not the member's: it is raised."""
+        try:
+            return build()
+        except (MemoryError, torch.OutOfMemoryError):
+            raise
+        except Exception as e:
+            from trainables.cli import one_line
+
+            if key not in self.failed_setup:
+                self.failed_setup[key] = f"could not be set up: {type(e).__name__}: {one_line(e)}"
+                self._setup_unreported.append(key)
+            return None
+
+    def _all_failed(self) -> None:
+        if not self.members:
+            raise ValueError("no member of the array could be set up: " + "; ".join(
+                f"{k} {why}" for k, why in self.failed_setup.items()))
+
     @staticmethod
     def _data(cfgs: Sequence[RunConfig]) -> list[TrainingData]:
         """Each distinct data setting opened once; dims checked per member before any model."""
@@ -186,29 +222,40 @@ class ArrayTrainer:
                              image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
 
     def _build_teachers(self) -> None:
-        """Text teachers, one frozen model per distinct path, shared by every member using it."""
-        from trainables.teachers import TeacherEnsemble, TextTeacher
-
-        loaded: dict[str, TextTeacher] = {}
+        """Text teachers, one frozen model per distinct path, shared by every member using it
+        (a member whose teachers cannot be built fails alone)."""
+        loaded: dict[str, Any] = {}
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         for m in self.members:
-            if not m.needs_teachers:
-                continue
-            paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
-            weights = m.needs.teacher_weights or (1.0,) * len(paths)
-            if len(paths) != len(weights):
-                raise ValueError(
-                    f"{len(paths)} text teachers but {len(weights)} teacher_weights; "
-                    "give one weight per teacher (objective.teacher_weights)"
-                )
-            for p in paths:
-                if p not in loaded:
-                    loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
-            m.teachers = TeacherEnsemble([loaded[p] for p in paths], weights)
-            # Stored [CLS] columns replace the teachers' forward pass unless token states are needed.
-            stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
-            if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
-                m.teacher_columns = tuple(m.teachers.columns)
+            if m.needs_teachers and m.key not in self.failed_setup:
+                self._member_setup(m.key, lambda m=m: self._member_teachers(m, loaded, dtype))
+
+    def _member_teachers(self, m: Member, loaded: dict, dtype: torch.dtype) -> None:
+        from trainables.teachers import TeacherEnsemble, TextTeacher
+
+        paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
+        weights = m.needs.teacher_weights or (1.0,) * len(paths)
+        if len(paths) != len(weights):
+            raise ValueError(
+                f"{len(paths)} text teachers but {len(weights)} teacher_weights; "
+                "give one weight per teacher (objective.teacher_weights)"
+            )
+        # One model named twice (the demo maps every teacher of a combination to its one text
+        # teacher) is loaded and run once; its outputs stand for each name it has
+        # (teacher_index), so the loss sees the configured teachers and weights.
+        merged: dict[str, float] = {}
+        for p, w in zip(paths, weights, strict=True):
+            merged[p] = merged.get(p, 0.0) + float(w)
+        if len(merged) < len(paths):
+            m.teacher_index = tuple(list(merged).index(p) for p in paths)
+        for p in merged:
+            if p not in loaded:
+                loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
+        m.teachers = TeacherEnsemble([loaded[p] for p in merged], list(merged.values()))
+        # Stored [CLS] columns replace the teachers' forward pass unless token states are needed.
+        stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
+        if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
+            m.teacher_columns = tuple(m.teachers.columns)
 
     # --- one step -------------------------------------------------------------------------
     def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
@@ -298,13 +345,28 @@ class ArrayTrainer:
         fraction of negatives of each member whose threshold filter saw a caption batch."""
         all_terms: list[dict[str, torch.Tensor]] = []
         masked: dict[int, torch.Tensor] = {}
+        self._step_errors: dict[int, str] = {}
         for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
             n = b.input_ids.shape[0]
-            out = self.model.heads[j].heads_outputs(
-                cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
-                image=b.image if kind == "pair" else None, clip_text=b.clip_text)
-            teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
-            terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+            try:
+                out = self.model.heads[j].heads_outputs(
+                    cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
+                    image=b.image if kind == "pair" else None, clip_text=b.clip_text)
+                teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
+                terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+            except (MemoryError, torch.OutOfMemoryError):
+                raise
+            except Exception as e:  # a head or loss of this member's method: it fails alone
+                from trainables.cli import one_line
+
+                self._step_errors[j] = (f"failed at step {self.step + 1} in method "
+                                        f"{m.method.name!r} ({kind} batch of {n}): "
+                                        f"{type(e).__name__}: {one_line(e)}")
+                # no gradient for it; the non-finite mark makes every worker drop it
+                all_terms.append({"total": z[j].sum() * 0.0, "error": z.new_tensor(math.nan)})
+                if kind == "pair" and m.filter is not None:  # the same entries on every worker
+                    masked[j] = z.new_zeros(())
+                continue
             f = m.filter
             if teacher is not None and f is not None:
                 masked[j] = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
@@ -315,39 +377,62 @@ class ArrayTrainer:
 
     def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
         embs, local = (b.text_teachers, ()) if computed is None else computed
+        if m.teacher_index:
+            embs = tuple(embs[i] for i in m.teacher_index)
+            local = tuple(local[i] for i in m.teacher_index) if local else ()
         return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
                              text_teacher_local=local if m.needs.teacher_tokens else ())
 
     def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
                  step: int) -> dict[int, str]:
-        """Members to drop -> why: a NaN/inf loss term, or a threshold filter that masked every
-        negative for FULLY_MASKED_STOP caption batches in a row. One host sync for the array."""
+        """Members to drop -> why: a step that raised in the member's heads or loss, a NaN/inf
+        loss term, or a threshold filter that masked every negative for FULLY_MASKED_STOP
+        caption batches in a row. One host sync for the array."""
         names = [list(t) for t in all_terms]
         flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
                            + [masked[j].detach().float() for j in sorted(masked)])
         ok = torch.isfinite(flat)
-        if self.world > 1:  # every worker drops the same members
+        n = flat.numel() - len(masked)
+        bounds = [0]
+        for ks in names:
+            bounds.append(bounds[-1] + len(ks))
+        member_bad = torch.stack([~ok[a:b].all() for a, b in zip(bounds, bounds[1:], strict=False)]).float()
+        shares = flat[n:]
+        if self.world > 1:
+            # Every worker drops the same members: a member is bad when it is bad on any worker,
+            # and the filter's stop rule reads the fraction masked over all workers' rows (each
+            # worker sees its own shard of the batch). One all-reduce of a vector whose length is
+            # the same on every worker (a member's terms may differ where its step raised).
             import torch.distributed as dist
 
-            ok = ok.to(torch.int32)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            ok = ok.bool()
-        ok_list, vals = ok.tolist(), flat.tolist()
+            both = torch.cat([member_bad, torch.nan_to_num(shares.float(), nan=0.0)])
+            dist.all_reduce(both)
+            member_bad, shares = both[: len(names)], both[len(names):] / self.world
+        bad_list, ok_list, vals, share_list = (member_bad.tolist(), ok.tolist(), flat.tolist(),
+                                               shares.tolist())
         out: dict[int, str] = {}
-        pos = 0
+        errors = getattr(self, "_step_errors", {})
         for j, ks in enumerate(names):
+            if not bad_list[j]:
+                continue
+            m, pos = self.alive[j], bounds[j]
             flags = ok_list[pos : pos + len(ks)]
-            if not all(flags):
+            if j in errors:
+                out[j] = errors[j]
+            elif all(flags):  # bad on another worker only
+                out[j] = (f"failed at step {step} on another worker of the array (config "
+                          f"{m.record.config_hash}); its reason is in that worker's log")
+            else:
                 bad = [k for k, good in zip(ks, flags, strict=True) if not good]
                 culprit = next((k for k in bad if k != "total"), "total")
                 value = vals[pos + ks.index(culprit)]
-                m = self.alive[j]
                 out[j] = (f"non-finite loss at step {step}: term {culprit!r} is {value} (config "
                           f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
                           "precision=fp32")
-            pos += len(ks)
-        for j, frac in zip(sorted(masked), vals[pos:], strict=True):
+        for j, frac in zip(sorted(masked), share_list, strict=True):
             r, f = self.alive[j].record, self.alive[j].filter
+            if f is None or j in errors:
+                continue
             r.masked.append(frac)
             r.fully_masked_run = r.fully_masked_run + 1 if frac >= 1.0 else 0
             if r.fully_masked_run >= FULLY_MASKED_STOP and j not in out:
@@ -416,7 +501,7 @@ class ArrayTrainer:
                 mm.update(stsb_dev=scores[j], best_stsb_dev=r.best, best_step=r.best_step,
                           elapsed_s=time.time() - t0)
             metrics["members"].append(mm)
-        if self.step in self.rungs and self.rank == 0:
+        if self.step in self.rungs:  # every rank: they must keep the same members
             metrics["members"] += self._halve(dict(zip([m.key for m in self.alive], scores, strict=True)))
         metrics["members"] += self._failures()
         ckpt_dir = None
@@ -427,12 +512,25 @@ class ArrayTrainer:
 
     def _halve(self, scores: dict[str, float]) -> list[dict[str, Any]]:
         """Successive halving at a rung: keep the best 1/eta of the groups by their mean dev
-        score (a configuration is judged on all its seeds), drop the rest from the array."""
-        by_group: dict[str, list[float]] = {}
-        for m in self.alive:
-            by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
-        ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
-        keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
+        score (a configuration is judged on all its seeds), drop the rest from the array.
+
+        Only rank 0 has dev scores: it decides and every other rank drops what it says, so the
+        workers' stacked parameters keep one shape (a rank that kept more members would fail the
+        next gradient all-reduce)."""
+        keep: set[str] | None = None
+        if self.rank == 0:
+            by_group: dict[str, list[float]] = {}
+            for m in self.alive:
+                by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
+            ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
+            keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
+        if self.world > 1:
+            import torch.distributed as dist
+
+            box = [keep]
+            dist.broadcast_object_list(box, src=0)
+            keep = box[0]
+        assert keep is not None
         out, drop = [], {}
         for j, m in enumerate(self.alive):
             if self.groups[m.key] not in keep:
@@ -447,9 +545,15 @@ class ArrayTrainer:
         return out
 
     def _failures(self) -> list[dict[str, Any]]:
-        out = [{"key": m.key, "failed": 1, "error": m.record.error} for m in self._failed_unreported]
-        self._failed_unreported = []
+        out = [{"key": k, "failed": 1, "error": self.failed_setup[k]} for k in self._setup_unreported]
+        out += [{"key": m.key, "failed": 1, "error": m.record.error} for m in self._failed_unreported]
+        self._failed_unreported, self._setup_unreported = [], []
         return out
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Every member that failed, set up or training, -> why (one line each)."""
+        return {**self.failed_setup, **{m.key: m.record.error for m in self.members if m.record.error}}
 
     # --- the run --------------------------------------------------------------------------
     def fit(self, report: Report, workdir: Path,
@@ -469,7 +573,7 @@ class ArrayTrainer:
             self.train_step()
             if self.alive and (self.step % self.cfg.eval_every == 0 or self.step == self.total_steps):
                 self._eval_and_report(report, workdir, epoch, t0)
-        if self._failed_unreported:  # the last members left between evaluations
+        if self._failed_unreported or self._setup_unreported:  # left between evaluations
             report({"step": self.step, "epoch": epoch, "members": self._failures()}, None)
         return self.final_metrics(progress) if self.cfg.final_eval and self.rank == 0 else {}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
@@ -70,6 +71,11 @@ def test_groups_stay_together_and_names_are_stable_per_member_set():
     assert t.without([]) is t and t.without([m.key for m in t.members]) is None
     rest = t.without([t.members[0].key])
     assert isinstance(rest, ArrayPlan) and rest.name != t.name  # a new member set, a new run
+    # the same members under another parent (a plain rerun) are another Train run; under the
+    # same parent (--resume reopens it) the same one, whose checkpoints it continues
+    mine = replace(t, parent="p1")
+    assert mine.name != t.name and mine.name != replace(t, parent="p2").name
+    assert mine.name == replace(t, parent="p1").name
 
 
 def test_plan_id_depends_on_members_not_packing():
@@ -108,3 +114,14 @@ def test_origins_name_the_layer_that_set_each_setting(tmp_path):
     prof.write_text("data.demo: true\nencoder: minilm-l6-top1\nlr: 1.0e-4\nmax_steps: 5\n")
     (r,) = [r for r in plan_runs(g, str(prof), seeds=[0, 1]) if r.cell == "A"][:1]
     assert r.origins["max_steps"] == "profile mine" and r.origins["lr"] == "grid g base"
+
+
+def test_auto_packing_never_makes_an_array_of_a_thousand_members():
+    from orchestrator.spec.plan import AUTO_MAX_MEMBERS
+
+    cfg = build_config("demo", "mcse")
+    ms = [RunPlan(f"c/s{s}", "c", s, cfg, "x", "x") for s in range(300)]
+    arrays = pack(ms, {m.key: "same" for m in ms}, "s", "runs", 1.0, 0.0, 1, array_size=None,
+                  slots=1)
+    assert max(len(t.members) for t in arrays) <= AUTO_MAX_MEMBERS
+    assert sum(len(t.members) for t in arrays) == 300

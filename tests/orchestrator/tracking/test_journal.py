@@ -175,3 +175,26 @@ def test_a_journal_with_nowhere_to_go_says_so_and_keeps_trying(tracker, tmp_path
     box.set_tag(parent, "k", "v")
     assert box.kept == 3 and [json.loads(x)["op"] for x in box.path.read_text().splitlines()] \
         == ["parent", "end", "set_tag"]
+
+
+def test_an_artifact_folder_that_refuses_files_is_not_a_store_that_stopped_answering(
+        tracker, tmp_path, monkeypatch, capsys):
+    """Issue 31: a read-only artifact folder mid-table read as 'MLflow stopped answering' and left
+    every run RUNNING; the store still answers, so only the files wait in the journal."""
+    parent = tracker.start_parent("t", "table", "p", {})
+    box = Journal(tracker, tmp_path / "journal.jsonl", parent=parent)
+    a = box.start_child(parent, plan("A", 0))
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "mlartifacts"))
+
+    monkeypatch.setattr(tracker, "log_model_dir", read_only)
+    assert box.log_model(a, str(tmp_path / "model")) is False
+    box.log_result(a, {"step": 6, "final": 1, "test/avg": 75.5})
+    box.end(a, "FINISHED")
+    assert not box.offline and box.refused_files and box.kept == 2  # header + the model
+    run = tracker.client.get_run(a)
+    assert run.info.status == "FINISHED" and run.data.metrics["test/avg"] == 75.5
+    err = capsys.readouterr().err
+    assert "MLflow cannot store files" in err and "the store still answers" in err
+    assert [json.loads(x)["op"] for x in box.path.read_text().splitlines()] == ["parent", "log_model"]
