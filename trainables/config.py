@@ -99,6 +99,11 @@ class RunConfig:
     """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32'"""
     proj_dim: int = setting(256, count(1))
     adam_eps: float = setting(1e-6, POSITIVE)
+    optimizer: str = setting("official", Choice(("official", "torch")))
+    """'official': transformers.AdamW 4.x as the official code ran it (eps before the bias
+    correction; a head a step does not reach keeps a zero gradient and moves by momentum, as under
+    torch 1.7); 'torch': torch 2's AdamW (eps after it; such a head is skipped).
+    trainables/arrays/optim.py, docs/official-code.md, "The loop" """
     weight_decay: float = setting(0.0, NON_NEGATIVE)
     grad_clip: float = setting(1.0, POSITIVE)
     num_workers: int = setting(1, count(1))

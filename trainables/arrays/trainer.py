@@ -144,7 +144,7 @@ class ArrayTrainer:
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
             self.model.own_parameters(),
-            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip)
+            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip, m.cfg.optimizer)
              for m in self.members],
             self.total_steps,
         )
