@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
                                 args.gpu_type or DEFAULT_GPU,
                                 DEFAULT_MFU if args.mfu is None else args.mfu, args.rates))
         if args.explain:
-            print(explain(members))
+            print(explain(members, pre.runs))
         print("\n".join(f"checked: {line}" for line in pre.checked))
         if grid.transfer and not spec["transfer_mode"]:
             print(f"transfer tasks (TR) {spec['transfer_note']}")

@@ -85,9 +85,11 @@ class Member:
         self.data = data
         self.teachers = None
         self.teacher_columns: tuple[str, ...] = ()
+        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
+        # epochs (the loaders go on reshuffling), and the LR decays over it either way
         self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
-                                      cfg.seed, mode=cfg.schedule)
-        self.total_steps = min(self.schedule.total_steps, cfg.max_steps or math.inf)
+                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
+        self.total_steps = self.schedule.total_steps
         self.dropout = generator(cfg.seed, "dropout", device)
         self.listmle = generator(cfg.seed, "listmle", "cpu")
         self.record = MemberRecord(key, cfg.config_hash())
@@ -140,6 +142,13 @@ class ArrayTrainer:
                                        getattr(encoder.hf_config, "initializer_range", 0.02)))
                 heads.append(MethodHeads(sc.heads))
         self.model = ArrayModel(encoder, mlps, heads).to(self.device)
+        cuda = self.device.type == "cuda"
+        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
+        if cuda and not self.amp:
+            # fp32 as the official runs trained it: torch 1.7-1.11 let fp32 matmuls and
+            # convolutions use TF32 on Ampere and later by default (a no-op on older GPUs).
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         self._build_teachers()
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
@@ -151,8 +160,6 @@ class ArrayTrainer:
         self.alive: list[Member] = list(self.members)
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
-        cuda = self.device.type == "cuda"
-        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
         self.step = 0
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
@@ -190,7 +197,9 @@ class ArrayTrainer:
         from trainables.teachers import TeacherEnsemble, TextTeacher
 
         loaded: dict[str, TextTeacher] = {}
-        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        # bf16 teachers only with bf16 training (their outputs are frozen targets, so bf16 would
+        # tie ranks the fp32 official teachers do not)
+        dtype = torch.bfloat16 if self.amp and self.device.type == "cuda" else torch.float32
         for m in self.members:
             if not m.needs_teachers:
                 continue

@@ -130,3 +130,17 @@ def test_the_reference_tells_torch_adamw_apart(world):
     _, trace = reference_run(world, trainer, 0, "mcse", cfg)
     losses = [float(trainer.train_step()["solo"]["total"]) for _ in range(trainer.total_steps)]
     assert np.abs(np.array(losses) - np.array(trace.losses)).max() > 1e-2
+
+
+def test_max_steps_above_the_epochs_adds_epochs_and_the_lr_decays_over_it(world):
+    """As the official --max_train_steps: 40 steps of a 2 x 16-step config train a third epoch
+    (cut short) and the learning rate reaches 0 at step 40, not at step 32."""
+    cfg = member(world, "mcse", 0, 1e-4).with_overrides({"max_steps": 40})
+    trainer = ArrayTrainer([("solo", cfg)])
+    assert trainer.total_steps == trainer.optimizer.total == 40
+    lrs = []
+    for _ in range(40):
+        lrs.append(trainer.optimizer.current_lrs()[0])
+        trainer.train_step()
+    assert lrs[32] == pytest.approx(1e-4 * (1 - 32 / 40)) and lrs[-1] == pytest.approx(1e-4 / 40)
+    assert trainer.members[0].schedule.global_step == 40
