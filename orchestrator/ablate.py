@@ -102,6 +102,9 @@ def _run(args: argparse.Namespace) -> int:
              or c.name == grid.baseline]
     spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
                               "warnings": list(pre.warnings)}
+    # the caption-image store each cell read, named in the report
+    spec["stores"] = {m.cell: ("generated demo corpus" if m.run.data.demo else m.run.data.pairs)
+                      for m in members}
     if grid.transfer:  # how the runs evaluate TR on this profile, or why they do not
         modes = sorted({m.run.transfer for m in members} - {None})
         spec |= {"transfer_mode": "/".join(modes) or None,
