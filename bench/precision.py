@@ -8,7 +8,7 @@ The default sizes are CPU-sized (a random 2-layer BERT of width 32 on the demo c
 ``--encoder minilm-l6-top1`` uses the demo student, and on a GPU ``--device cuda`` at paper
 shapes (``--profile paper``) the same comparison says what bf16 does there.
 
-    python bench/precision.py --steps 300            # CPU, ~3 min; figures in bench/README.md
+    python bench/precision.py --steps 175            # CPU, a few min; figures in bench/README.md
 """
 
 from __future__ import annotations
