@@ -105,6 +105,9 @@ def _run(args: argparse.Namespace) -> int:
              or c.name == grid.baseline]
     spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
                               "warnings": list(pre.warnings)}
+    # the caption-image store each cell read, named in the report
+    spec["stores"] = {m.cell: ("generated demo corpus" if m.run.data.demo else m.run.data.pairs)
+                      for m in members}
     if grid.transfer:  # how the runs evaluate TR on this profile, or why they do not
         modes = sorted({m.run.transfer for m in members} - {None})
         spec |= {"transfer_mode": "/".join(modes) or None,
@@ -131,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
                                 args.gpu_type or DEFAULT_GPU,
                                 DEFAULT_MFU if args.mfu is None else args.mfu, args.rates))
         if args.explain:
-            print(explain(members))
+            print(explain(members, pre.runs))
         print("\n".join(f"checked: {line}" for line in pre.checked))
         if grid.transfer and not spec["transfer_mode"]:
             print(f"transfer tasks (TR) {spec['transfer_note']}")

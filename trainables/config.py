@@ -95,10 +95,18 @@ class RunConfig:
     seed: int = setting(0, SEED)
     schedule: str = setting("official", Choice(("official", "proportional")))
     """batch alternation: 'official' (every k-th step a pair batch) or 'proportional' (MCSE paper)"""
-    precision: str = setting("auto", Choice(("auto", "bf16", "fp32")))
-    """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32'"""
+    precision: str = setting("fp32", Choice(("fp32", "bf16", "auto")))
+    """'fp32' (the official runs': fp32 weights and activations, TF32 matmuls on a GPU that has
+    them, as torch 1.7-1.11 allowed by default), 'bf16' (bf16 autocast: faster, not the official
+    arithmetic; bench/README.md "precision.py" says what it changes) or 'auto' (bf16 on CUDA,
+    fp32 on CPU)"""
     proj_dim: int = setting(256, count(1))
     adam_eps: float = setting(1e-6, POSITIVE)
+    optimizer: str = setting("official", Choice(("official", "torch")))
+    """'official': transformers.AdamW 4.x as the official code ran it (eps before the bias
+    correction; a head a step does not reach keeps a zero gradient and moves by momentum, as under
+    torch 1.7); 'torch': torch 2's AdamW (eps after it; such a head is skipped).
+    trainables/arrays/optim.py, docs/official-code.md, "The loop" """
     weight_decay: float = setting(0.0, NON_NEGATIVE)
     grad_clip: float = setting(1.0, POSITIVE)
     num_workers: int = setting(1, count(1))

@@ -61,6 +61,16 @@ PAPER_RECIPES: dict[str, dict[str, Any]] = {
     "kdmcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
     "dalr": {"lr": 2e-5, "batch_size": 128, "epochs": 4},
 }
+PAPER_STORE = "flickr30k_clip_vitl14.parquet"
+"""KDMCSE's and DALR's Flickr30k: the CLIP ViT-L/14 JSON, every caption of every image (158,915
+pairs; ``python -m trainables.convert clip-json``), docs/official-code.md §5.5"""
+MCSE_STORE = "flickr30k_mcse_resnet50.parquet"
+"""MCSE's Flickr30k: its released file, one random caption per training image and its ResNet-50
+features (29,783 pairs; ``python -m trainables.convert mcse``), docs/official-code.md §4.3"""
+PAPER_STORES = {"mcse": MCSE_STORE}
+"""the store each method family trained on in its official code, where it is not
+``PAPER_STORE``: the paper profile reads it for that method unless a profile, grid or cell names
+another store (one store for every cell: a controlled comparison, said in the report)"""
 
 
 def paper_profile() -> dict[str, Any]:
@@ -68,7 +78,7 @@ def paper_profile() -> dict[str, Any]:
     return {
         "encoder": "bert-base-uncased",
         "data.text": str(root / "wiki1m_for_simcse.txt"),
-        "data.pairs": str(root / "flickr30k_clip_vitl14.parquet"),
+        "data.pairs": str(root / PAPER_STORE),
         "data.senteval": str(root / "senteval" / "downstream"),
         "text_teachers": [str(root / "teachers" / TEACHER_DIRS[t]) for t in ("simcse", "diffcse")],
     }
@@ -199,6 +209,12 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
         for k, v in recipe(method, demo).items():
             if k not in merged:
                 merged[k], origin[k] = v, f"recipe {method} ({name})"
+        own_store = PAPER_STORES.get(method)
+        # the method's own official store replaces the paper profile's default one (not a store
+        # a profile file names)
+        if own_store and not demo and merged.get("data.pairs") == paper_profile()["data.pairs"]:
+            merged["data.pairs"] = str(Path(merged["data.pairs"]).with_name(own_store))
+            origin["data.pairs"] = f"recipe {method} ({name}): its official store"
     for layer, values in layers:
         merged.update(values)
         origin.update(dict.fromkeys(values, layer))

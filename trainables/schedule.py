@@ -96,6 +96,16 @@ def count_steps(
     return ScheduleCounts(t, p, pss, spe, pair_steps, spe * epochs)
 
 
+def run_length(counts: ScheduleCounts, max_steps: int | None) -> tuple[int, int]:
+    """(steps, epochs) of a run, as the official ``--max_train_steps``: None trains the config's
+    epochs; a step budget replaces them, ``ceil(max_steps / steps_per_epoch)`` epochs (more than
+    the config's when it is larger, the last one cut short) and the learning rate decays to 0
+    over ``max_steps``."""
+    if max_steps is None:
+        return counts.total_steps, counts.total_steps // counts.steps_per_epoch
+    return max_steps, math.ceil(max_steps / counts.steps_per_epoch)
+
+
 def _is_pair(step: int, c: ScheduleCounts, mode: str) -> bool:
     if c.pair_batches == 0:
         return False

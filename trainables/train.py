@@ -250,8 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.address:
             _check_fits(cfg)
         from trainables.data import check_dims, load_data
+        from trainables.schedule import count_steps
 
-        check_dims(cfg, load_data(cfg))  # bad data fails here, before Ray starts
+        data = load_data(cfg)
+        check_dims(cfg, data)  # bad data fails here, before Ray starts
+        count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)  # and a
+        # schedule that cannot run (more caption batches than text batches, officially)
     except (ValueError, OSError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

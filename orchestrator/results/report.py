@@ -64,6 +64,7 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
         md += "\n\nFailed runs:\n" + "\n".join(
             f"- {cell} seed {seed}: {why}" for cell, seeds in failed.items()
             for seed, why in sorted(seeds.items()))
+    md += _stores_line({c: s for c, s in (spec.get("stores") or {}).items() if c in cells})
     if spec.get("note"):
         md += f"\n\nNote: {spec['note']}\n"
     if spec.get("warnings"):  # what the pre-start checks allowed but said (preflight)
@@ -168,3 +169,17 @@ def report_dir(tracker: Tracker, name: str, parent_id: str) -> Path:
     uri = tracker.uri
     root = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else Path.cwd()
     return root / "reports" / path_part(f"{name}-{parent_id[:8]}")
+
+
+def _stores_line(stores: dict[str, str | None]) -> str:
+    """Which caption-image store each cell trained on: one for all (a controlled comparison), or
+    each method family its own official one (the paper profile's default)."""
+    if not stores:
+        return ""
+    names = {c: (Path(s).name if s and s != "generated demo corpus" else s or "none (text only)")
+             for c, s in stores.items()}
+    if len(set(names.values())) == 1:
+        return (f"\n\nData: every cell trained on one caption-image store, {next(iter(names.values()))} "
+                "(a controlled comparison).\n")
+    return "\n\nData: each cell on its method's store: " + "; ".join(
+        f"{c}: {s}" for c, s in names.items()) + ".\n"

@@ -742,10 +742,11 @@ def profile_notes(runs: Sequence[RunPlan], profile: str | None) -> list[str]:
     return notes
 
 
-def explain(runs: Sequence[RunPlan]) -> str:
+def explain(runs: Sequence[RunPlan], lengths: Mapping[str, str] | None = None) -> str:
     """``--dry-run --explain``: per cell, every setting that differs from its field default, its
     value and the layer that set it (``trainables.profiles.explain_config``). A cell's runs differ
-    only in their seed, so the seeds are listed once."""
+    only in their seed, so the seeds are listed once. ``lengths``: member key -> its run's steps,
+    epochs, optimizer, precision and store (``preflight.DataCheck.runs``), said per cell."""
     from trainables.config import flatten
 
     lines = ["where each setting comes from (settings at their field default are not listed):"]
@@ -756,6 +757,8 @@ def explain(runs: Sequence[RunPlan]) -> str:
         first = rs[0]
         values = flatten(first.run.to_dict())
         lines.append(f"{cell} (seeds {' '.join(str(r.run.seed) for r in rs)}):")
+        if lengths and first.key in lengths:
+            lines.append(f"  run: {lengths[first.key]}")
         for key, layer in first.origins.items():
             if key == "seed":
                 continue

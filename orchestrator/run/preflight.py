@@ -13,7 +13,6 @@ transfer tasks' too, when the runs evaluate them). Each refusal is one line nami
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +59,8 @@ class DataCheck:
     not_here: str | None = None
     """a dry run's resource refusal: the plan does not fit this machine (it is still listed and
     priced, then the dry run exits non-zero with this line)"""
+    runs: dict[str, str] = field(default_factory=dict)
+    """member key -> its run's length and data in words (``--dry-run --explain``)"""
 
 
 def check_storage(storage: str) -> str:
@@ -204,13 +205,14 @@ def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataC
     checked: set = set()
     keys: dict[str, str] = {}
     steps: dict[str, int] = {}
+    runs: dict[str, str] = {}
     lines: list[str] = []
     warnings: list[str] = []
     senteval: set[str] = set()
     failed: dict[str, list[str]] = {}  # message -> cells
     for m in members:
         try:
-            _check_member(m, opened, checked, keys, steps, lines, warnings, senteval)
+            _check_member(m, opened, checked, keys, steps, lines, warnings, senteval, runs)
         except (ValueError, FileNotFoundError, OSError) as e:
             cells = failed.setdefault(str(e), [])
             if m.cell not in cells:
@@ -222,7 +224,7 @@ def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataC
         if baseline in cells:
             hint = _baseline_hint(members, baseline, msg)
         raise ValueError(f"cell(s) {cells}: {msg}{hint}")
-    return DataCheck(keys, steps, tuple(lines), tuple(warnings))
+    return DataCheck(keys, steps, tuple(lines), tuple(warnings), runs=runs)
 
 
 def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
@@ -239,12 +241,12 @@ def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
 
 
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
-                  lines: list[str], warnings: list[str], senteval: set[str]) -> None:
+                  lines: list[str], warnings: list[str], senteval: set[str], runs: dict) -> None:
     from trainables.arrays.members import array_key
     from trainables.data import check_dims, load_data, threshold_sample
     from trainables.evaluation import check_senteval
     from trainables.objectives.methods import method_of
-    from trainables.schedule import count_steps
+    from trainables.schedule import count_steps, run_length
     from trainables.transfer import check_transfer_files
 
     cfg = m.run
@@ -290,7 +292,12 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                     f"{sample.median:.3g} (the median score), objective.threshold_on=cosine or "
                     "objective.threshold=None")
     counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)
-    steps[m.key] = int(min(counts.total_steps, cfg.max_steps or math.inf))
+    steps[m.key], epochs = run_length(counts, cfg.max_steps)
+    store = "generated demo corpus" if cfg.data.demo else (cfg.data.pairs or "no pairs (text only)")
+    runs[m.key] = (f"{steps[m.key]} steps = {epochs} epoch(s) of {counts.steps_per_epoch} "
+                   f"({counts.text_batches} text + {counts.pair_batches} pair batches, a pair batch "
+                   f"every {counts.paired_sample_step or '-'} steps), lr decaying to 0 over them; "
+                   f"optimizer {cfg.optimizer}, precision {cfg.precision}; pairs {store}")
     keys[m.key] = array_key(cfg, steps[m.key])
 
 
@@ -357,4 +364,4 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
     return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings,
-                     not_here)
+                     not_here, data.runs)

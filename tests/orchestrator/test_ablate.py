@@ -198,10 +198,14 @@ def test_bad_profile_content(workdir, tmp_path, capsys):
 def test_dry_run_prints_the_arrays_and_starts_nothing(workdir, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = ablate.main(["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--dry-run",
-                      "--cells", "KDMCSE", "--array-size", "3"])
+                      "--cells", "KDMCSE", "--array-size", "3", "--explain"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "10 runs (2 cells x 5 seeds) in 4 arrays" in out
+    # --explain: each cell's run length, optimizer, precision and store
+    runs = [line for line in out.splitlines() if line.startswith("  run: ")]
+    assert len(runs) == 2 and all("optimizer official, precision fp32" in r for r in runs), runs
+    assert all(" steps = " in r and " epoch(s) of " in r and "pairs " in r for r in runs), runs
     assert "kdmcse/seed-4" in out and "without-adapacse" not in out
     assert "dry run: everything checked, nothing started" in out
     assert not list(tmp_path.iterdir())  # no store, no runs folder

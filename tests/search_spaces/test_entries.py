@@ -19,7 +19,14 @@ from orchestrator.spec.grids import STS_COLUMNS, expand
 from orchestrator.spec.registry import load_grid, load_space, names
 from orchestrator.spec.spaces import define_on, params_to_overrides
 from orchestrator.spec.validate import validate_grid, validate_space
-from trainables.profiles import DEFAULT_ALPHA, MINILM, TEACHER_DIRS, build_config
+from trainables.profiles import (
+    DEFAULT_ALPHA,
+    MCSE_STORE,
+    MINILM,
+    PAPER_STORE,
+    TEACHER_DIRS,
+    build_config,
+)
 
 PAPERS = Path(__file__).resolve().parents[2] / "docs" / "published-tables.md"
 ENTRIES = {n: importlib.import_module(f"search_spaces.{n}") for n in names()}
@@ -166,7 +173,9 @@ def test_roberta_and_coco_rows_set_encoder_and_pairs(name, monkeypatch, tmp_path
             assert "data.pairs" not in ov, c.name
         paper = build_config("paper", overrides=ov)  # the profile's recipe never overrides the row
         assert paper.encoder == ("roberta-base" if name in ROBERTA_GRIDS else "bert-base-uncased")
-        assert Path(paper.data.pairs).name == (COCO_STORE if name in COCO_GRIDS else "flickr30k_clip_vitl14.parquet")
+        # each method family on the store its official code read (MCSE: its released file)
+        own = MCSE_STORE if paper.objective.method == "mcse" else PAPER_STORE
+        assert Path(paper.data.pairs).name == (COCO_STORE if name in COCO_GRIDS else own)
         if name in ROBERTA_GRIDS:
             assert (paper.lr, paper.batch_size) == (1e-5, 128)
 

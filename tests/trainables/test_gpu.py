@@ -44,7 +44,7 @@ def _to(obj, device, dtype=None):
 
 
 def _check_on_cuda_in_bf16(t: ArrayTrainer) -> None:
-    assert t.amp, "auto precision on CUDA must mean bf16 autocast"
+    assert t.amp, "precision=bf16 on CUDA must mean bf16 autocast"
     params = list(t.model.parameters())
     assert all(p.is_cuda for p in params)
     # parameters stay fp32 under autocast (master weights); only the matmuls run in bf16
@@ -60,9 +60,19 @@ def _check_on_cuda_in_bf16(t: ArrayTrainer) -> None:
                 assert not w.requires_grad
 
 
+def test_the_default_trains_on_cuda_in_fp32_with_tf32_matmuls(tiny_bert, cache):
+    """The official runs' arithmetic: fp32, TF32 matmuls (torch 1.7-1.11's default on Ampere)."""
+    t = ArrayTrainer([("a", cfg(tiny_bert, cache, "dalr", max_steps=6, eval_every=3))], device="cuda")
+    assert not t.amp and torch.backends.cuda.matmul.allow_tf32
+    for teacher in t.members[0].teachers.teachers:
+        assert next(teacher.model.parameters()).dtype == torch.float32
+    t.train_step()
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_trains_on_cuda_in_bf16(method, tiny_bert, cache, tmp_path):
-    t = ArrayTrainer([("a", cfg(tiny_bert, cache, method, max_steps=6, eval_every=3))], device="cuda")
+    t = ArrayTrainer([("a", cfg(tiny_bert, cache, method, max_steps=6, eval_every=3, precision="bf16"))],
+                     device="cuda")
     _check_on_cuda_in_bf16(t)
     reports = Reports()
     final = t.fit(reports, tmp_path)
@@ -78,7 +88,7 @@ def test_every_method_trains_on_cuda_in_bf16(method, tiny_bert, cache, tmp_path)
 
 
 def test_a_mixed_array_trains_on_cuda_in_bf16(tiny_bert, cache, tmp_path):
-    members = [(m, cfg(tiny_bert, cache, m, seed=i, max_steps=6, eval_every=3))
+    members = [(m, cfg(tiny_bert, cache, m, seed=i, max_steps=6, eval_every=3, precision="bf16"))
                for i, m in enumerate(METHODS)]
     t = ArrayTrainer(members, device="cuda")
     _check_on_cuda_in_bf16(t)
@@ -127,8 +137,8 @@ def test_cuda_resume_matches_uninterrupted_and_loads_on_cpu(tiny_bert, cache, tm
 
     from trainables.mlflow_model import DATA
 
-    members = [("k", cfg(tiny_bert, cache, "kdmcse", max_steps=6, eval_every=3)),
-               ("d", cfg(tiny_bert, cache, "dalr", seed=1, max_steps=6, eval_every=3))]
+    members = [("k", cfg(tiny_bert, cache, "kdmcse", max_steps=6, eval_every=3, precision="bf16")),
+               ("d", cfg(tiny_bert, cache, "dalr", seed=1, max_steps=6, eval_every=3, precision="bf16"))]
     ref = ArrayTrainer(members, device="cuda")
     ref_reports = Reports()
     ref_final = ref.fit(ref_reports, tmp_path / "ref")

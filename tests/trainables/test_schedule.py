@@ -166,3 +166,17 @@ def test_max_steps_overrides_epochs():
 def test_bad_configs(kwargs, message):
     with pytest.raises(ScheduleError, match=message):
         BatchSchedule(**kwargs)
+
+
+def test_max_steps_is_the_official_max_train_steps():
+    """Above epochs x steps_per_epoch a step budget adds epochs (not capped); below, it cuts."""
+    from trainables.schedule import run_length
+
+    c = count_steps(96, 32, 8, epochs=2)  # 16 steps an epoch, 32 in all
+    assert run_length(c, None) == (32, 2)
+    assert run_length(c, 50) == (50, 4)  # ceil(50 / 16) epochs, the last one cut short
+    assert run_length(c, 20) == (20, 2)
+    s = BatchSchedule(96, 32, 8, epochs=2, seed=0, max_steps=50)
+    steps = list(s)
+    assert len(steps) == 50 and steps[-1].epoch == 3 and steps[-1].step == 1
+    assert [st.kind for st in steps[32:48]] == [st.kind for st in steps[:16]]  # epoch 3 as epoch 1

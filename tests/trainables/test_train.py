@@ -91,3 +91,23 @@ def test_cli_refuses_bad_input_before_starting(tmp_path, capsys):
     assert "lr=-1.0 must be a finite number > 0" in capsys.readouterr().err
     assert train.main(["--profile", "demo", "objective.margn=1"]) == 2
     assert "unknown setting 'objective.margn'" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_schedule_that_cannot_run_before_ray_starts(tiny_bert, tmp_path, capsys):
+    """More caption batches than text batches: the official schedule divides by zero."""
+    import numpy as np
+    import ray
+
+    from trainables.store import StoreMetadata, write_store
+
+    (tmp_path / "wiki.txt").write_text("a man rides a horse\n" * 8)  # 1 text batch
+    write_store(tmp_path / "pairs.parquet", ["a dog"] * 32, [str(i) for i in range(32)],  # 4 pair
+                {"image": np.ones((32, 8), np.float32)}, StoreMetadata("gen", 8, None, None, False))
+    (tmp_path / "senteval").mkdir()
+    was = ray.is_initialized()
+    rc = train.main(["--profile", "demo", f"encoder={tiny_bert}", "data.demo=false",
+                     f"data.text={tmp_path / 'wiki.txt'}", f"data.pairs={tmp_path / 'pairs.parquet'}",
+                     f"data.senteval={tmp_path / 'senteval'}", "batch_size=8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "4 pair batches > 1 text batches" in err and "mode='proportional'" in err, err
+    assert ray.is_initialized() == was  # refused before Ray

@@ -8,10 +8,22 @@ members: the clip norm of member i is the norm of member i's gradients alone (as
 ``torch.nn.utils.clip_grad_norm_`` over one run's parameters), so a NaN in one member can never
 reach another.
 
-The update is torch's AdamW (decoupled weight decay, bias-corrected moments, eps added after the
-square root): its fused kernel on each member's slices, or the single-tensor update with a
-per-member step size where the kernel is missing; the official recipe is AdamW
-(eps 1e-6, no weight decay), linear decay to 0 without warmup, clipping at 1.0.
+Two updates, one per member (``RunConfig.optimizer``), docs/official-code.md "The loop":
+
+- ``"official"`` (default): ``transformers.AdamW`` 4.x as the official code ran it under torch
+  1.7/1.8. ``denom = sqrt(v) + eps``, step size ``lr * sqrt(1 - b2^s) / (1 - b1^s)`` with ``s``
+  the parameter's own step count, weight decay ``p -= lr * wd * p`` after the update. A
+  parameter a step does not reach (a head on a text step) keeps a zero gradient once it has
+  state, as torch 1.7's ``zero_grad`` left it: its moments decay, it moves by momentum and its
+  step count advances. A parameter never reached has no state and does not move.
+- ``"torch"``: torch 2's AdamW with ``zero_grad(set_to_none=True)``: ``denom = sqrt(v) /
+  sqrt(1 - b2^s) + eps``, weight decay before the update, a parameter without a gradient skipped
+  (its step count does not advance).
+
+The two differ only in where eps sits, so the official step is torch's with
+``eps / sqrt(1 - b2^s)``: the fused kernel serves both (one call per distinct (lr, wd, eps, s));
+the single-tensor update is the fallback where the kernel is missing. The official recipe is
+eps 1e-6, no weight decay, linear decay to 0 without warmup, clipping at 1.0.
 """
 
 from __future__ import annotations
@@ -24,6 +36,9 @@ import torch
 FUSED = hasattr(torch, "_fused_adamw_")
 """torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
 
+OPTIMIZERS = ("official", "torch")
+"""``RunConfig.optimizer`` values: see the module docstring"""
+
 
 @dataclass(frozen=True)
 class MemberHyper:
@@ -31,14 +46,21 @@ class MemberHyper:
     weight_decay: float
     eps: float
     grad_clip: float
+    optimizer: str = "official"
+
+    @property
+    def official(self) -> bool:
+        return self.optimizer == "official"
 
 
 class ArrayAdamW:
-    """Optimiser state of an array: moments per parameter, one step counter, per-member hyperparameters.
+    """Optimiser state of an array: moments and a step count per parameter, per-member hyperparameters.
 
     ``stacked``: parameters of shape (M, ...) shared in layout by every member.
     ``own``: one list of parameters per member (its method's heads; a looped encoder's
     parameters, ``looped.py``), possibly empty.
+    ``t`` counts the array's steps (the LR schedule); each parameter's own count (0: no state
+    yet) drives its bias correction.
     """
 
     def __init__(self, stacked: Sequence[torch.nn.Parameter], own: Sequence[Sequence[torch.nn.Parameter]],
@@ -47,6 +69,9 @@ class ArrayAdamW:
         self.hyper = list(hyper)
         if len(self.own) != len(self.hyper):
             raise ValueError(f"{len(self.own)} members' parameters but {len(self.hyper)} hyperparameter sets")
+        bad = {h.optimizer for h in self.hyper} - set(OPTIMIZERS)
+        if bad:
+            raise ValueError(f"optimizer={sorted(bad)[0]!r}: use one of {', '.join(map(repr, OPTIMIZERS))}")
         self.total = total_steps
         self.betas = betas
         self.t = 0
@@ -54,6 +79,10 @@ class ArrayAdamW:
         self.v_st = [torch.zeros_like(p) for p in self.stacked]
         self.m_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
         self.v_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
+        # Stacked parameters are reached for every member at once (one shared forward), so one
+        # count per tensor; a member's own parameters have their own.
+        self.s_st = [0] * len(self.stacked)
+        self.s_own = [[0] * len(ps) for ps in self.own]
 
     @property
     def n_members(self) -> int:
@@ -114,34 +143,61 @@ class ArrayAdamW:
         return norms
 
     # --- the update ------------------------------------------------------------------------
+    def _work(self) -> list[tuple[int | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]]:
+        """(member or None for stacked, param, grad, m, v, step count after this step) of every
+        tensor this step updates; advances the counts. A tensor without a gradient steps on a
+        zero gradient if it has state and its member (any member, for a stacked tensor) is
+        official; otherwise it is skipped."""
+        any_official = any(h.official for h in self.hyper)
+        work = []
+        for k, (p, m, v) in enumerate(zip(self.stacked, self.m_st, self.v_st, strict=True)):
+            g = p.grad
+            if g is None and not (any_official and self.s_st[k]):
+                continue
+            self.s_st[k] += 1
+            work.append((None, p, torch.zeros_like(p) if g is None else g, m, v, self.s_st[k]))
+        for i, (ps, ms, vs) in enumerate(zip(self.own, self.m_own, self.v_own, strict=True)):
+            official = self.hyper[i].official
+            for k, (p, m, v) in enumerate(zip(ps, ms, vs, strict=True)):
+                g = p.grad
+                if g is None and not (official and self.s_own[i][k]):
+                    continue
+                self.s_own[i][k] += 1
+                work.append((i, p, torch.zeros_like(p) if g is None else g, m, v, self.s_own[i][k]))
+        return work
+
+    def _eps(self, h: MemberHyper, s: int) -> float:
+        """The eps of torch's update that gives this member's update at step count ``s``."""
+        return h.eps / (1 - self.betas[1] ** s) ** 0.5 if h.official else h.eps
+
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
         # The LR of step t is the schedule's value before it advances (LambdaLR semantics).
         lrs = [h.lr * self.lr_factor(self.t - 1) for h in self.hyper]
+        work = self._work()
         if FUSED:
-            self._fused_step(lrs)
+            self._fused_step(lrs, work)
             return
-        b1, b2 = self.betas
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        if self.stacked:
-            dev = self.stacked[0].device
-            lr_vec = torch.tensor(lrs, dtype=torch.float32, device=dev)
-            wd_vec = torch.tensor([h.weight_decay for h in self.hyper], device=dev)
-            eps_vec = torch.tensor([h.eps for h in self.hyper], device=dev)
-            for p, m, v in zip(self.stacked, self.m_st, self.v_st, strict=True):
-                if p.grad is None:
-                    continue
+        b1 = self.betas[0]
+        for i, p, g, m, v, s in work:
+            if i is None:
                 shape = (-1, *([1] * (p.dim() - 1)))
-                self._update(p, p.grad, m, v, lr_vec.view(shape), wd_vec.view(shape),
-                             eps_vec.view(shape), c1, c2)
-        for i, (ps, ms, vs) in enumerate(zip(self.own, self.m_own, self.v_own, strict=True)):
-            h = self.hyper[i]
-            for p, m, v in zip(ps, ms, vs, strict=True):
-                if p.grad is not None:
-                    self._update(p, p.grad, m, v, lrs[i], h.weight_decay, h.eps, c1, c2)
 
-    def _fused_step(self, lrs: list[float]) -> None:
+                def vec(xs, p=p, shape=shape):
+                    return torch.tensor(xs, dtype=p.dtype, device=p.device).view(shape)
+
+                lr = vec(lrs)
+                wd_pre = vec([0.0 if h.official else h.weight_decay for h in self.hyper])
+                wd_post = vec([h.weight_decay if h.official else 0.0 for h in self.hyper])
+                eps = vec([self._eps(h, s) for h in self.hyper])
+            else:
+                h = self.hyper[i]
+                lr, eps = lrs[i], self._eps(h, s)
+                wd_pre, wd_post = (0.0, h.weight_decay) if h.official else (h.weight_decay, 0.0)
+            self._update(p, g, m, v, lr, wd_pre, wd_post, eps, 1 - b1**s, 1 - self.betas[1] ** s)
+
+    def _fused_step(self, lrs: list[float], work) -> None:
         """torch's fused AdamW kernel (the ``fused=True`` update) on each member's slices.
 
         Members with equal (lr, weight decay, eps) go in one call; a slice ``p[i]`` of a stacked
@@ -149,41 +205,55 @@ class ArrayAdamW:
         On CPU it is much faster than the single-tensor update over MiniLM's word embeddings
         (bench/README.md, "profile_step.py").
         """
-        # Runs of neighbouring members with equal (lr, weight decay, eps) update as one slice
-        # p[a:b] (the whole tensor when all agree): the kernel's tensor list, and its host cost,
-        # then grows with the number of runs, not with M.
-        groups: dict[tuple[float, float, float], list[tuple[int, int]]] = {}
-        prev, start = None, 0
-        for i in range(self.n_members + 1):
-            key = (lrs[i], self.hyper[i].weight_decay, self.hyper[i].eps) if i < self.n_members else None
-            if i and key != prev:
-                groups.setdefault(prev, []).append((start, i))
-                start = i
-            prev = key
         b1, b2 = self.betas
-        for (lr, wd, eps), runs in groups.items():
+        # Runs of neighbouring members with equal (lr, weight decay, eps, update) update as one
+        # slice p[a:b] (the whole tensor when all agree): the kernel's tensor list, and its host
+        # cost, then grows with the number of runs, not with M. The official eps depends on the
+        # step count, so stacked tensors are grouped per count too (they share one in practice).
+        counts = sorted({s for i, *_rest, s in work if i is None})
+        runs_at: dict[int, dict[tuple, list[tuple[int, int]]]] = {}
+        for s in counts:
+            groups: dict[tuple, list[tuple[int, int]]] = {}
+            prev, start = None, 0
+            for i in range(self.n_members + 1):
+                h = self.hyper[i] if i < self.n_members else None
+                key = (lrs[i], h.weight_decay, self._eps(h, s), h.official) if h else None
+                if i and key != prev:
+                    groups.setdefault(prev, []).append((start, i))
+                    start = i
+                prev = key
+            runs_at[s] = groups
+        calls: dict[tuple, list[tuple[torch.Tensor, ...]]] = {}
+        for i, p, g, m, v, s in work:
+            if i is None:
+                for key, runs in runs_at[s].items():
+                    for a, b in runs:
+                        calls.setdefault((*key, s), []).append((p[a:b], g[a:b], m[a:b], v[a:b]))
+            else:
+                h = self.hyper[i]
+                calls.setdefault((lrs[i], h.weight_decay, self._eps(h, s), h.official, s), []).append((p, g, m, v))
+        for (lr, wd, eps, official, s), quads in calls.items():
             by_key: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
-            quads = [(p[a:b], p.grad[a:b], m[a:b], v[a:b])
-                     for p, m, v in zip(self.stacked, self.m_st, self.v_st, strict=True)
-                     if p.grad is not None for a, b in runs]
-            quads += [(p, p.grad, m, v) for a, b in runs for i in range(a, b)
-                      for p, m, v in zip(self.own[i], self.m_own[i], self.v_own[i], strict=True)
-                      if p.grad is not None]
             for p, g, m, v in quads:
                 lists = by_key.setdefault((p.device, p.dtype), [[], [], [], []])
                 for dst, t in zip(lists, (p, g if g.dtype == p.dtype else g.to(p.dtype), m, v), strict=True):
                     dst.append(t)
             for (dev, _), (ps, gs, ms, vs) in by_key.items():
-                step = torch.tensor(float(self.t), dtype=torch.float32, device=dev)
+                step = torch.tensor(float(s), dtype=torch.float32, device=dev)
                 torch._fused_adamw_(ps, gs, ms, vs, [], [step] * len(ps), lr=lr, beta1=b1, beta2=b2,
-                                    weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+                                    weight_decay=0.0 if official else wd, eps=eps, amsgrad=False,
+                                    maximize=False)
+                if official and wd > 0.0:  # transformers.AdamW decays after the update
+                    torch._foreach_mul_(ps, 1.0 - lr * wd)
 
-    def _update(self, p, g, m, v, lr, wd, eps, c1: float, c2: float) -> None:
-        """torch's single-tensor AdamW step; ``lr``/``wd``/``eps`` are floats or (M, 1, ...) tensors."""
+    def _update(self, p, g, m, v, lr, wd_pre, wd_post, eps, c1: float, c2: float) -> None:
+        """One single-tensor AdamW step in torch's form, ``denom = sqrt(v)/sqrt(c2) + eps`` (the
+        official form through ``eps``, see ``_eps``); ``lr``/``wd_*``/``eps`` are floats or
+        (M, 1, ...) tensors."""
         b1, b2 = self.betas
         g = g.to(p.dtype)
-        if isinstance(wd, torch.Tensor) or wd != 0.0:
-            p.mul_(1 - lr * wd)
+        if isinstance(wd_pre, torch.Tensor) or wd_pre != 0.0:
+            p.mul_(1 - lr * wd_pre)
         m.lerp_(g, 1 - b1)
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
         denom = (v.sqrt() / (c2**0.5)).add_(eps)
@@ -191,6 +261,8 @@ class ArrayAdamW:
             p.addcdiv_(m * (lr / c1), denom, value=-1.0)
         else:
             p.addcdiv_(m, denom, value=-lr / c1)
+        if isinstance(wd_post, torch.Tensor) or wd_post != 0.0:
+            p.mul_(1 - lr * wd_post)
 
     def zero_grad(self) -> None:
         for p in self.stacked:
@@ -207,6 +279,7 @@ class ArrayAdamW:
         self.m_st = [m[idx.to(m.device)] for m in self.m_st]
         self.v_st = [v[idx.to(v.device)] for v in self.v_st]
         self.own = [self.own[i] for i in keep]
+        self.s_own = [self.s_own[i] for i in keep]
         self.m_own = [self.m_own[i] for i in keep]
         self.v_own = [self.v_own[i] for i in keep]
         self.hyper = [self.hyper[i] for i in keep]
@@ -214,7 +287,7 @@ class ArrayAdamW:
     # --- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"t": self.t, "m_st": self.m_st, "v_st": self.v_st,
-                "m_own": self.m_own, "v_own": self.v_own}
+                "m_own": self.m_own, "v_own": self.v_own, "s_st": self.s_st, "s_own": self.s_own}
 
     def load_state_dict(self, state: dict) -> None:
         def into(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
@@ -230,3 +303,8 @@ class ArrayAdamW:
             into(dst, src)
         for dst, src in zip(self.v_own, state["v_own"], strict=True):
             into(dst, src)
+        if "s_st" not in state:
+            raise ValueError("optimiser state has no per-parameter step counts (written before "
+                             "the official AdamW): start the run again")
+        self.s_st = [int(s) for s in state["s_st"]]
+        self.s_own = [[int(s) for s in ss] for ss in state["s_own"]]

@@ -87,9 +87,11 @@ class Member:
         self.teacher_columns: tuple[str, ...] = ()
         self.teacher_index: tuple[int, ...] = ()
         """per configured text teacher, its model in ``teachers`` when one model is named twice"""
+        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
+        # epochs (the loaders go on reshuffling), and the LR decays over it either way
         self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
-                                      cfg.seed, mode=cfg.schedule)
-        self.total_steps = min(self.schedule.total_steps, cfg.max_steps or math.inf)
+                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
+        self.total_steps = self.schedule.total_steps
         self.dropout = generator(cfg.seed, "dropout", device)
         self.listmle = generator(cfg.seed, "listmle", "cpu")
         self.record = MemberRecord(key, cfg.config_hash())
@@ -140,6 +142,13 @@ class ArrayTrainer:
         hidden = AutoConfig.from_pretrained(source).hidden_size
         configs = {m.key: self._member_setup(m.key, lambda m=m: self._student_config(m, source, hidden))
                    for m in self.members}
+        cuda = self.device.type == "cuda"
+        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
+        if cuda and not self.amp:
+            # fp32 as the official runs trained it: torch 1.7-1.11 let fp32 matmuls and
+            # convolutions use TF32 on Ampere and later by default (a no-op on older GPUs).
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         self._build_teachers()
         self.members = [m for m in self.members if configs[m.key] and m.key not in self.failed_setup]
         self._all_failed()
@@ -160,15 +169,13 @@ class ArrayTrainer:
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
             self.model.own_parameters(),
-            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip)
+            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip, m.cfg.optimizer)
              for m in self.members],
             self.total_steps,
         )
         self.alive: list[Member] = list(self.members)
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
-        cuda = self.device.type == "cuda"
-        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
         self.step = 0
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
@@ -225,7 +232,9 @@ class ArrayTrainer:
         """Text teachers, one frozen model per distinct path, shared by every member using it
         (a member whose teachers cannot be built fails alone)."""
         loaded: dict[str, Any] = {}
-        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        # bf16 teachers only with bf16 training (their outputs are frozen targets, so bf16 would
+        # tie ranks the fp32 official teachers do not)
+        dtype = torch.bfloat16 if self.amp and self.device.type == "cuda" else torch.float32
         for m in self.members:
             if m.needs_teachers and m.key not in self.failed_setup:
                 self._member_setup(m.key, lambda m=m: self._member_teachers(m, loaded, dtype))

@@ -13,6 +13,12 @@ from trainables.profiles import build_config
 
 TOL = 1e-5
 """member independence on the CPU in fp32: losses, dev curve and test scores"""
+DEV_TOL = 0.05
+"""dev Spearman (x 100): a rank statistic, so the last-bit differences of a batched matmul over M
+members (every weight within 4e-9, every loss within 1e-5) can swap one near-tied pair of the
+small generated dev set (seen: 0.012)"""
+TEST_TOL = 0.2
+"""final test scores, the same on the smaller generated subsets (seen: 0.15 on one STS12 subset)"""
 
 
 def cfg(encoder, cache, method="kdmcse", seed=0, **over):
@@ -60,11 +66,13 @@ def assert_same_member(a: Reports, fa: dict, b: Reports, fb: dict, key_a: str, k
     for x, y in zip(ea, eb, strict=True):
         assert x["step"] == y["step"]
         for k in x:
-            if k.startswith("loss/") or k in ("stsb_dev", "best_stsb_dev", "lr"):
+            if k.startswith("loss/") or k == "lr":
                 assert y[k] == pytest.approx(x[k], abs=TOL), (k, x["step"])
+            elif k in ("stsb_dev", "best_stsb_dev"):
+                assert y[k] == pytest.approx(x[k], abs=DEV_TOL), (k, x["step"])
     for k, v in fa[key_a].items():
         if k.startswith("test/"):
-            assert fb[key_b][k] == pytest.approx(v, abs=TOL), k
+            assert fb[key_b][k] == pytest.approx(v, abs=TEST_TOL), k
 
 
 class Killed(Exception):

@@ -23,7 +23,8 @@ def one_thread():
 
 
 def losses(tiny_bert, cache, precision: str) -> tuple[ArrayTrainer, list[dict[str, dict[str, float]]]]:
-    members = [(m, cfg(tiny_bert, cache, m, seed=i, precision=precision, max_steps=STEPS,
+    # one step more than compared: the autocast check below takes it
+    members = [(m, cfg(tiny_bert, cache, m, seed=i, precision=precision, max_steps=STEPS + 1,
                        final_eval=False)) for i, m in enumerate(METHODS)]
     t = ArrayTrainer(members)
     out = [{k: {n: float(v) for n, v in terms.items()} for k, terms in t.train_step().items()}
