@@ -1,4 +1,4 @@
-"""The demo world's measurements: what trainables/demo_corpus.py and the DEMO profile claim.
+"""The demo world's measurements: what trainables/data/demo_corpus.py and the DEMO profile claim.
 
 Parts (``--parts``, default all; every run is a member of a ``trainables.arrays.ArrayTrainer`` on
 the demo profile (a cell's seeds train together as one array), one process,
@@ -60,7 +60,7 @@ def header(args: argparse.Namespace) -> None:
 
 
 def config(args: argparse.Namespace, overrides: dict[str, Any]):
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     return build_config("demo", overrides={"data.cache_dir": args.cache, **overrides})
 
@@ -69,10 +69,10 @@ def config(args: argparse.Namespace, overrides: dict[str, Any]):
 def world(args: argparse.Namespace) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
-    from trainables import demo_corpus as dc
     from trainables.arrays.trainer import ArrayTrainer
-    from trainables.evaluation import ALL_TASKS, evaluate_sts, load_stsb
-    from trainables.store import FeatureStore
+    from trainables.data import demo_corpus as dc
+    from trainables.data.store import FeatureStore
+    from trainables.evaluation.sts import ALL_TASKS, evaluate_sts, load_stsb
 
     cfg = config(args, {})
     with tempfile.TemporaryDirectory() as tmp:
@@ -263,7 +263,7 @@ def negative(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
 def table3(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
     from orchestrator.analysis.stats import compare, holm
     from orchestrator.spec.registry import load_grid
-    from trainables.evaluation import ALL_TASKS
+    from trainables.evaluation.sts import ALL_TASKS
 
     grid = load_grid("table3")
     cells = {c.name: runs.cell(c.name, {**grid.base, **c.overrides}, args.seeds)
@@ -307,7 +307,7 @@ def shuffle(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
 
 
 def recipe(args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     prof = build_config("demo", "mcse")
     rows = {"SimCSE": {"objective.method": "simcse"}, "MCSE": {"objective.method": "mcse"}}

@@ -22,7 +22,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables.evaluation import ALL_TASKS, evaluate_sts
+    from trainables.evaluation.sts import ALL_TASKS, evaluate_sts
     from trainables.testing import minilm_path
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

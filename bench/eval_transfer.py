@@ -3,7 +3,7 @@
 Usage: python bench/eval_transfer.py [SENTEVAL_DOWNSTREAM_DIR, default $MMEMB_DATA/senteval/downstream] [--modes full fast] [--tasks MR ...]
                                      [--cache DIR] [--json FILE]
 Each task's sentences are encoded once, then probed in every mode asked for, as
-``trainables.transfer.evaluate_transfer`` does (its ``probe_task``). Prints per task: the test
+``trainables.evaluation.transfer.evaluate_transfer`` does (its ``probe_task``). Prints per task: the test
 accuracy x 100 (SentEval's 'acc'), the selection accuracy ('devacc'), the penalties chosen, the
 number of probe fits, the seconds spent encoding and the seconds spent probing (wall, and this
 process's CPU seconds: on a shared machine wall time grows with the other load, CPU time much
@@ -56,7 +56,7 @@ def header(argv: list[str], probe_threads: int = 1) -> str:
 
 def fit_alone(x, y, nclasses, groups, probe, seed=None):
     """``fit_many`` one fit at a time: each (group, penalty) as its own call."""
-    from trainables.probe import SEED, FitGroup, fit_many
+    from trainables.evaluation.probe import SEED, FitGroup, fit_many
 
     seed = SEED if seed is None else seed
     return [[fit_many(x, y, nclasses, [FitGroup(g.train, g.valid, (r,))], probe, seed)[0][0]
@@ -80,10 +80,10 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from trainables import probe, transfer
-    from trainables.evaluation import encode_unique
+    from trainables.evaluation import probe, transfer
+    from trainables.evaluation.sts import encode_unique
+    from trainables.evaluation.transfer import TRANSFER_TASKS, load_task, probe_task
     from trainables.testing import minilm_path
-    from trainables.transfer import TRANSFER_TASKS, load_task, probe_task
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data_dir", nargs="?", default=str(DEFAULT),

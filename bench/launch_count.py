@@ -16,7 +16,7 @@ them. Counted per step, after a warm-up step:
 
 Each op is attributed by the Python frames it was called from to a phase of the step: data
 (each member's batch), batch assembly (padding and stacking the members' batches), dropout draws
-(``arrays/dropout.py``), encoder (``arrays/encoder.py`` and the MLP in ``arrays/model.py``),
+(``arrays/dropout.py``), encoder (``arrays/encoder.py`` and the MLP in ``arrays/array_model.py``),
 heads + objective (``heads.py``, ``objectives/``), teachers, finite check, bookkeeping (loss sums),
 optimizer (``arrays/optim.py``: clipping, AdamW, zero_grad), and the backward of each: an op the
 autograd engine runs is counted under "backward: <phase of the forward op that made its node>",

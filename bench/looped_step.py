@@ -55,7 +55,7 @@ def header(argv: list[str]) -> str:
 
 def build(backend: str, m: int, cache: str, device: str):
     from trainables.arrays.trainer import ArrayTrainer
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     members = [(f"s{i}", build_config("demo", "kdmcse", {"encoder": ENCODERS[backend], "seed": i,
                                                          "data.cache_dir": cache}))

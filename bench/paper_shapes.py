@@ -6,13 +6,13 @@
     python -m orchestrator.ablate --grid table3 --profile paper --dry-run
 
 ``generate`` writes, under ``--out`` (never inside the repository), what ``--profile paper``
-reads from ``$MMEMB_DATA`` (``trainables/profiles.py: paper_profile``):
+reads from ``$MMEMB_DATA`` (``trainables/config/profiles.py: paper_profile``):
 
 - ``data/wiki1m_for_simcse.txt``: 1,000,000 generated sentences, one a line, of 8 to 40 words
   drawn from the bert-base-uncased vocabulary's whole words (Wiki1M's size and format);
 - ``data/flickr30k_clip_vitl14.parquet``: 29,000 images x 5 captions (6 to 20 words), a 768-d
   image feature and a 768-d caption feature per row (CLIP ViT-L/14's size), written with the
-  project's store writer (``trainables.store.write_store``: validation, page checksums). The
+  project's store writer (``trainables.data.store.write_store``: validation, page checksums). The
   features are random unit vectors, each caption's correlated with its image's (cosine about
   0.3, as normalised CLIP features; other pairs about 0), so table3's threshold cells pass the
   filter check. Raw CLIP features' norms are an open point (docs/official-code.md §9);
@@ -95,7 +95,7 @@ class Sizes:
 # ------------------------------------------------------------------------------ generate
 def _words() -> list[str]:
     """The bert-base-uncased vocabulary's whole words (MiniLM ships that vocabulary)."""
-    from trainables.profiles import minilm_path
+    from trainables.config.profiles import minilm_path
 
     src = minilm_path()
     if src is None:
@@ -138,7 +138,7 @@ def _features(rng, n_images: int, per_image: int, dim: int):
 
 
 def _write_store(path: Path, rng, words: list[str], s: Sizes) -> None:
-    from trainables.store import StoreMetadata, write_store
+    from trainables.data.store import StoreMetadata, write_store
 
     image, text, rows = _features(rng, s.images, s.captions_per_image, s.dim)
     captions = _sentences(rng, words, len(rows), 6, 20)
@@ -154,7 +154,7 @@ def _write_bert(folder: Path, s: Sizes, seed: int) -> None:
     import torch
     from transformers import BertConfig, BertModel
 
-    from trainables.profiles import minilm_path
+    from trainables.config.profiles import minilm_path
 
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -190,7 +190,7 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
     """Everything ``--profile paper`` reads, under ``out``; reused while its manifest matches."""
     import numpy as np
 
-    from trainables.profiles import TEACHER_DIRS
+    from trainables.config.profiles import TEACHER_DIRS
 
     s.check()
     if not (senteval / "STS" / "STSBenchmark").is_dir():
@@ -266,9 +266,9 @@ def _reset_peak() -> None:
 
 
 def schedule_table(n_text: int, n_pair: int) -> list[dict[str, Any]]:
-    """``trainables.schedule``'s steps per epoch at the official data sizes (Wiki1M and each
+    """``trainables.data.schedule``'s steps per epoch at the official data sizes (Wiki1M and each
     repository's pair file) beside the official code's, and at the generated sizes."""
-    from trainables.schedule import count_steps
+    from trainables.data.schedule import count_steps
 
     rows = []
     for name, pairs, bs, epochs, tb, pb, pss, spe, total in OFFICIAL:
@@ -300,7 +300,7 @@ def measure(out: Path, steps: int, threads: int, log=print) -> dict[str, Any]:
     import torch
 
     from trainables.arrays.trainer import ArrayTrainer
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     torch.set_num_threads(threads)
     members = [(f"mcse/seed-{s}", build_config("paper", "mcse", {"seed": s, "max_steps": steps,

@@ -27,7 +27,7 @@ METHODS = ("mcse", "kdmcse", "dalr")
 
 def run(precision: str, a: argparse.Namespace, encoder: str, cache: str) -> dict:
     from trainables.arrays.trainer import ArrayTrainer
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     members = []
     for i, m in enumerate(METHODS):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainables.store import FeatureStore, StoreMetadata, write_store
+from trainables.data.store import FeatureStore, StoreMetadata, write_store
 
 # Assumed, not measured here: a BERT-base forward+backward at bs 128, len 32, two dropout views,
 # fp32 (as the official code), on one H100 runs ~5-10 steps/s.

@@ -68,12 +68,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a fresh clone: python bench/...
 from trainables.arrays import trainer as trainer_mod  # noqa: E402
-from trainables.config import RunConfig  # noqa: E402
-from trainables.data import Batch  # noqa: E402
-from trainables.evaluation import cosine_rows, spearman100  # noqa: E402
-from trainables.model import Student, StudentConfig  # noqa: E402
+from trainables.config.run_config import RunConfig  # noqa: E402
+from trainables.data.batches import Batch  # noqa: E402
+from trainables.evaluation.sts import cosine_rows, spearman100  # noqa: E402
+from trainables.models.student import Student, StudentConfig  # noqa: E402
+from trainables.models.teachers import TextTeacher  # noqa: E402
 from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective  # noqa: E402
-from trainables.teachers import TextTeacher  # noqa: E402
 from trainables.testing import WORDS, write_bert_tokenizer  # noqa: E402
 
 METHODS = ("mcse", "kdmcse", "dalr")

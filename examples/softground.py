@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainables.checks import NON_NEGATIVE, POSITIVE, Number, setting
 from trainables.objectives.core import cosine_matrix, frozen_cosine, no_autocast
 from trainables.objectives.methods import (
     Head,
@@ -39,6 +38,7 @@ from trainables.objectives.methods import (
     register,
     text_infonce,
 )
+from trainables.runtime.checks import NON_NEGATIVE, POSITIVE, Number, setting
 
 
 def soft_targets(image: torch.Tensor, alpha: float, teacher_temperature: float) -> torch.Tensor:

@@ -19,8 +19,8 @@ import argparse
 import sys
 
 from orchestrator import cli
-from trainables.checks import SEED, Number
-from trainables.cli import option
+from trainables.runtime.checks import SEED, Number
+from trainables.runtime.command_line import option
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,7 +71,7 @@ def _list() -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.analysis.cost import DEFAULT_GPU, DEFAULT_MFU
-    from orchestrator.results.report import grid_spec
+    from orchestrator.results.table_report import grid_spec
     from orchestrator.run.campaign import (
         Campaign,
         cost_estimate,
@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.spec.grids import check_seeds
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
-    from trainables.profiles import profile_overrides, transfer_layer
+    from trainables.config.profiles import profile_overrides, transfer_layer
 
     opts = cli.options(args)
     grid = load_grid(args.grid)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import cli
-from trainables.mlflow_model import DATA
+from trainables.models.mlflow_export import DATA
 
 
 def parser() -> argparse.ArgumentParser:

@@ -48,8 +48,8 @@ import numpy as np
 
 from orchestrator import cli
 from orchestrator.analysis.calibration import BASELINE, CONTROL, DRAWS, calibrate
-from trainables.checks import POSITIVE, SEED, Number, count
-from trainables.cli import option
+from trainables.runtime.checks import POSITIVE, SEED, Number, count
+from trainables.runtime.command_line import option
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,12 +101,12 @@ def _run(args: argparse.Namespace) -> int:
         to_markdown,
         write_files,
     )
-    from orchestrator.results.report import grid_spec, report_dir
+    from orchestrator.results.table_report import grid_spec, report_dir
     from orchestrator.run.campaign import Campaign, Session, describe, dry_run_arrays
     from orchestrator.run.preflight import check_campaign
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid
-    from trainables.profiles import profile_overrides
+    from trainables.config.profiles import profile_overrides
 
     _check(args)
     opts = cli.options(args)

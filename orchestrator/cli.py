@@ -1,7 +1,7 @@
 """The command-line arguments tables and searches share, and how bad ones are refused.
 
-Every command's parser is a ``trainables.cli.Parser`` (a refusal is one ``error:`` line) and every
-numeric option carries its check (``trainables.cli.option``), so nonsense such as
+Every command's parser is a ``trainables.runtime.command_line.Parser`` (a refusal is one ``error:`` line) and every
+numeric option carries its check (``trainables.runtime.command_line.option``), so nonsense such as
 ``--gpus-per-trial nan`` is refused while parsing. What needs more than one value, a file or the
 store is refused by :func:`guarded`: one ``error:`` line, exit 2.
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.run.options import Options
-from trainables.checks import NON_NEGATIVE, POSITIVE, count
-from trainables.cli import Parser, one_line, option, writable_folder
+from trainables.runtime.checks import NON_NEGATIVE, POSITIVE, count
+from trainables.runtime.command_line import Parser, one_line, option, writable_folder
 
 
 def parser(prog: str, doc: str | None) -> Parser:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.results.report import build_report, report_dir
+    from orchestrator.results.table_report import build_report, report_dir
     from orchestrator.tracking.client import TAG, Tracker
 
     out = cli.check_out(args.out) if args.out else None

@@ -29,8 +29,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from orchestrator import cli
-from trainables.checks import SEED, count
-from trainables.cli import option
+from trainables.runtime.checks import SEED, count
+from trainables.runtime.command_line import option
 
 if TYPE_CHECKING:
     from orchestrator.run.rounds import SearchArgs
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.spec.plan import plan_id, plan_summary
     from orchestrator.spec.registry import load_space
     from orchestrator.spec.validate import validate_space
-    from trainables.profiles import build_config, profile_overrides
+    from trainables.config.profiles import build_config, profile_overrides
 
     opts = cli.options(args)
     space = load_space(args.space)

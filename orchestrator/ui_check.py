@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from orchestrator import cli
-from trainables.checks import POSITIVE
-from trainables.cli import option
+from trainables.runtime.checks import POSITIVE
+from trainables.runtime.command_line import option
 
 
 def parser() -> argparse.ArgumentParser:

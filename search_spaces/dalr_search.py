@@ -6,7 +6,7 @@ and the search starts from the code's configuration (``start``).
 
 from orchestrator.spec.spaces import FloatRange, SearchSpace, check_choices
 from search_spaces._common import DALR, MCSE
-from trainables.profiles import ALPHA_PARAM, TEACHER_PARAM
+from trainables.config.profiles import ALPHA_PARAM, TEACHER_PARAM
 
 LAM = FloatRange("objective.lam", 0.1, 10.0, log=True, relative=True)  # code: 0.1
 MU = FloatRange("objective.mu", 0.05, 1.0)  # code: 0.2

@@ -2,7 +2,7 @@
 
 The cases are generated from the commands' own argparse parsers: each ``python -m`` module of
 ``orchestrator/`` and ``trainables/`` exposes ``parser()``, every numeric option there declares its
-check (``trainables.cli.option``), and each check lists the values it must refuse (NaN,
+check (``trainables.runtime.command_line.option``), and each check lists the values it must refuse (NaN,
 infinity, zero, a negative, a word, a fraction for a count). A numeric option added without a
 check, or a new command without ``parser()``, fails here.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainables.cli import Option, Parser
+from trainables.runtime.command_line import Option, Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_every_command_has_a_parser_and_no_numeric_option_goes_unchecked():
             "trainables.convert", "trainables.extract"} <= set(COMMANDS)
     for module in COMMANDS:
         for _, p in parsers(module):
-            assert isinstance(p, Parser), f"{module}: its parser must be a trainables.cli.Parser"
+            assert isinstance(p, Parser), f"{module}: its parser must be a trainables.runtime.command_line.Parser"
             assert numeric_without_check(p) == [], module
     options = {(m, o) for m, _, o, _ in CASES}
     assert ("orchestrator.ablate", "--gpus-per-trial") in options

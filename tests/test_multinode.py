@@ -107,7 +107,7 @@ def test_embedded_ray_does_not_join_a_cluster_started_on_this_machine(two_nodes)
     """Without --address the table must start its own Ray, even when `ray start` left an
     address file (ray.init() with no address joins that cluster, and refuses num_cpus)."""
     address, env = two_nodes
-    code = ("from trainables.ray_env import init_ray; init_ray(num_cpus=1, log_to_driver=False); "
+    code = ("from trainables.runtime.ray_env import init_ray; init_ray(num_cpus=1, log_to_driver=False); "
             "import ray; print('gcs', ray.get_runtime_context().gcs_address)")
     tag = env["MMEMB_TEST_TAG"] + "-embedded"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -5,7 +5,7 @@ the Hugging Face hub: Wiki1M (SimCSE's ``data/download_wiki.sh``), SentEval's da
 and the seven transfer tasks (SimCSE's ``SentEval/data/downstream/download_dataset.sh``, the
 tasks SentEval's ``get_transfer_data.bash`` prepares, already processed), the students, the DALR
 text teachers and CLIP. Files land in ``$MMEMB_DATA`` (default ``./data``) as the paper profile
-names them (``trainables/profiles.py``); the students and CLIP in the Hugging Face cache, in its
+names them (``trainables/config/profiles.py``); the students and CLIP in the Hugging Face cache, in its
 own layout (``models--org--name/{blobs,snapshots,refs}``), so ``from_pretrained(name)`` finds
 them offline.
 
@@ -116,7 +116,7 @@ PAPER: tuple[Item, ...] = (
 SENTEVAL_TASKS = ("STS/STS12-en-test", "STS/STS13-en-test", "STS/STS14-en-test",
                   "STS/STS15-en-test", "STS/STS16-en-test", "STS/STSBenchmark", "SICK", "MR",
                   "CR", "SUBJ", "MPQA", "SST/binary", "TREC", "MRPC")
-"""the folders the STS and transfer evaluations read (trainables/evaluation.py, transfer.py)"""
+"""the folders the STS and transfer evaluations read (trainables/evaluation/sts.py, transfer.py)"""
 
 D = "$MMEMB_DATA"
 MANUAL: tuple[Manual, ...] = (
@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{hub_cache()}, source {endpoint()}")
             dry_run(items, manual, root, Manifest.load(root), say)
             return 0
-        from trainables.filelock import file_lock
+        from trainables.runtime.filelock import file_lock
 
         (root / MANIFEST.parent).mkdir(parents=True, exist_ok=True)
         with file_lock(root / MANIFEST.parent / "lock"):  # a second fetch waits its turn

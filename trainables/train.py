@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainables.config import RunConfig, load_yaml, parse_cli_overrides
+from trainables.config.run_config import RunConfig, load_yaml, parse_cli_overrides
 
 FINAL_KEY = "final"
 """metric set to 1 on the last report, which carries each member's seven test scores"""
@@ -42,7 +42,7 @@ def _stop_if_orphaned(owner: str | None) -> None:
     import ray
     from ray.train.v2._internal.execution.context import get_train_context
 
-    from trainables.ray_env import private_state_api
+    from trainables.runtime.ray_env import private_state_api
 
     api = private_state_api()
     if api is None:
@@ -176,9 +176,9 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from trainables.faults import forwarded_env
     from trainables.objectives.methods import sources
-    from trainables.ray_env import cluster_has_gpu
+    from trainables.runtime.faults import forwarded_env
+    from trainables.runtime.ray_env import cluster_has_gpu
 
     cfg = members[0][1]
     use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else cluster_has_gpu()
@@ -213,8 +213,8 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
 
 
 def parser() -> argparse.ArgumentParser:
-    from trainables.checks import count
-    from trainables.cli import Parser, option
+    from trainables.runtime.checks import count
+    from trainables.runtime.command_line import Parser, option
 
     p = Parser(prog="python -m trainables.train", description=__doc__,
                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,9 +234,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from trainables.cli import writable_folder
-    from trainables.profiles import build_config
-    from trainables.ray_env import init_ray, root_cause, storage_uri
+    from trainables.config.profiles import build_config
+    from trainables.runtime.command_line import writable_folder
+    from trainables.runtime.ray_env import init_ray, root_cause, storage_uri
 
     try:
         from trainables.objectives.methods import load_methods
@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             writable_folder(args.storage, "--storage")
         if not args.address:
             _check_fits(cfg)
-        from trainables.data import check_dims, load_data
-        from trainables.schedule import count_steps
+        from trainables.data.batches import check_dims, load_data
+        from trainables.data.schedule import count_steps
 
         data = load_data(cfg)
         check_dims(cfg, data)  # bad data fails here, before Ray starts
@@ -293,7 +293,7 @@ def _check_fits(cfg: RunConfig) -> None:
 
 
 def print_final(m: dict[str, Any]) -> None:
-    from trainables.evaluation import ALL_TASKS
+    from trainables.evaluation.sts import ALL_TASKS
 
     tasks = [*ALL_TASKS, "avg"]
     print("best STS-B dev {:.2f} at step {}".format(m.get("best_stsb_dev", float("nan")),

@@ -136,7 +136,7 @@ def write(session, study, planner, finalists, seed_values: Mapping[int, Sequence
           verdict: Verdict, pid: str) -> tuple[str, str]:
     """Write search.md, study.csv and the plots beside the report, upload them; -> (the verdict
     against the baseline, the report's first line; the Markdown section it ends with)."""
-    from orchestrator.results.report import report_dir
+    from orchestrator.results.table_report import report_dir
 
     outdir = report_dir(session.tracker, session.campaign.name, session.parent)
     outdir.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ class Campaign:
     plan_id: str
     members: tuple[RunPlan, ...]
     spec: Mapping[str, Any]
-    """the report's spec (``orchestrator.results.report.grid_spec``), stored on the parent as grid.json"""
+    """the report's spec (``orchestrator.results.table_report.grid_spec``), stored on the parent as grid.json"""
     tags: Mapping[str, str] = field(default_factory=dict)
     summary: Mapping[str, Any] = field(default_factory=dict)
     """what the plan is made of (``orchestrator.spec.plan.plan_summary``): stored on the parent,
@@ -74,7 +74,7 @@ class Session:
         from orchestrator.run.driver import DriverLock, check_store, lock_paths
         from orchestrator.run.preflight import array_resources
         from orchestrator.tracking.client import Tracker, sqlite_path
-        from trainables.ray_env import storage_uri
+        from trainables.runtime.ray_env import storage_uri
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
         self.parent: str | None = None
@@ -188,7 +188,7 @@ class Session:
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
         from orchestrator.tracking.journal import Journal
-        from trainables.ray_env import init_ray
+        from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
         print(f"{c.parent_name}: starting Ray"
@@ -197,7 +197,7 @@ class Session:
         try:
             init_ray(opts.address, log_to_driver=False)
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
-            from trainables.ray_env import root_cause
+            from trainables.runtime.ray_env import root_cause
 
             where = f"the Ray cluster at {opts.address}" if opts.address else "the embedded Ray"
             raise ConnectionError(f"{where} did not start ({root_cause(e)}); check `ray status` "
@@ -243,7 +243,7 @@ class Session:
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if error is not None and self.parent is not None and not self._closed:
-            from trainables.cli import one_line
+            from trainables.runtime.command_line import one_line
 
             if isinstance(error, KeyboardInterrupt | SystemExit):
                 self._end_all("KILLED", "interrupted (Ctrl-C or SIGTERM); --resume continues it")
@@ -423,7 +423,7 @@ class Session:
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
         """Write the report (or say why not), end the parent, print where everything is.
         ``lead_md``: the report's first line (a search's verdict)."""
-        from orchestrator.results.report import build_report, report_dir
+        from orchestrator.results.table_report import build_report, report_dir
         from orchestrator.results.views import print_links, share
 
         full = self.disk_full()
@@ -626,7 +626,7 @@ def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[
 
     from orchestrator.run.preflight import array_resources
     from orchestrator.run.resources import cluster_nodes
-    from trainables.ray_env import init_ray, root_cause
+    from trainables.runtime.ray_env import init_ray, root_cause
 
     try:
         init_ray(opts.address, log_to_driver=False)
@@ -684,7 +684,7 @@ def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_pe
     from transformers import AutoConfig
 
     from orchestrator.analysis.cost import Encoder, Member, estimate, format_estimate, read_measured
-    from trainables.profiles import resolve_encoder
+    from trainables.config.profiles import resolve_encoder
 
     if gpus_per_trial == 0:
         return "cost: no GPU estimate (--gpus-per-trial 0 trains on CPUs)"
@@ -710,9 +710,9 @@ def profile_notes(runs: Sequence[RunPlan], profile: str | None) -> list[str]:
     """The dry run's ``note:`` lines: one per setting a YAML profile names that not every cell
     takes, saying which cells take it, which keep their own (a cell's or the grid's value) and
     which do not read it (a method without that setting)."""
-    from trainables.config import flatten
+    from trainables.config.profiles import profile_layers
+    from trainables.config.run_config import flatten
     from trainables.objectives.methods import setting_names
-    from trainables.profiles import profile_layers
 
     name, values, layers = profile_layers(profile)
     if name in ("demo", "paper"):
@@ -744,10 +744,10 @@ def profile_notes(runs: Sequence[RunPlan], profile: str | None) -> list[str]:
 
 def explain(runs: Sequence[RunPlan], lengths: Mapping[str, str] | None = None) -> str:
     """``--dry-run --explain``: per cell, every setting that differs from its field default, its
-    value and the layer that set it (``trainables.profiles.explain_config``). A cell's runs differ
+    value and the layer that set it (``trainables.config.profiles.explain_config``). A cell's runs differ
     only in their seed, so the seeds are listed once. ``lengths``: member key -> its run's steps,
     epochs, optimizer, precision and store (``preflight.DataCheck.runs``), said per cell."""
-    from trainables.config import flatten
+    from trainables.config.run_config import flatten
 
     lines = ["where each setting comes from (settings at their field default are not listed):"]
     by_cell: dict[str, list[RunPlan]] = {}

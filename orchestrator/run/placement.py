@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from trainables.ray_env import private_state_api
+from trainables.runtime.ray_env import private_state_api
 
 NIL_ACTOR = b"\xff"
 """Groups made by a driver process (Tune's own trial groups) carry an all-0xFF creator id."""

@@ -67,7 +67,7 @@ def check_storage(storage: str) -> str:
     """A local ``--storage`` folder can be created and written (URIs are the cluster's business)."""
     if "://" in storage:
         return f"storage {storage} (remote: checked by Ray when the first checkpoint is written)"
-    from trainables.cli import writable_folder
+    from trainables.runtime.command_line import writable_folder
 
     path = writable_folder(storage, "--storage", " (shared by all nodes on a cluster)")
     return f"storage {path}: writable"
@@ -75,8 +75,8 @@ def check_storage(storage: str) -> str:
 
 def check_models(members: Sequence[RunPlan]) -> str:
     """Every encoder and text teacher a member loads is a model folder or a cached hub name."""
-    from trainables.model import _loadable_source
-    from trainables.profiles import resolve_encoder
+    from trainables.config.profiles import resolve_encoder
+    from trainables.models.student import _loadable_source
 
     names: dict[str, tuple[str, str]] = {}
     for m in members:
@@ -119,7 +119,7 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
             if not isinstance(try_to_load_from_cache(cfg.encoder, "config.json",
                                                      cache_dir=str(hub_cache())), str):
                 encoders[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
-    from trainables.model import _hub_offline
+    from trainables.models.student import _hub_offline
 
     if missing or _hub_offline():  # online, a lone uncached encoder is downloaded on first use
         missing.update(encoders)
@@ -140,8 +140,8 @@ def check_encoders(members: Sequence[RunPlan]) -> list[str]:
     from transformers import AutoConfig
 
     from trainables.arrays.looped import backend_note
-    from trainables.model import check_encoder_only
-    from trainables.profiles import resolve_encoder
+    from trainables.config.profiles import resolve_encoder
+    from trainables.models.student import check_encoder_only
 
     lines, seen = [], set()
     for m in members:
@@ -243,11 +243,11 @@ def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
                   lines: list[str], warnings: list[str], senteval: set[str], runs: dict) -> None:
     from trainables.arrays.members import array_key
-    from trainables.data import check_dims, load_data, threshold_sample
-    from trainables.evaluation import check_senteval
+    from trainables.data.batches import check_dims, load_data, threshold_sample
+    from trainables.data.schedule import count_steps, run_length
+    from trainables.evaluation.sts import check_senteval
+    from trainables.evaluation.transfer import check_transfer_files
     from trainables.objectives.methods import method_of
-    from trainables.schedule import count_steps, run_length
-    from trainables.transfer import check_transfer_files
 
     cfg = m.run
     dkey = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
@@ -303,11 +303,11 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
 
 def _hidden(name: str, cache: str, teacher: bool = False) -> int:
     """An encoder's hidden size; a text teacher's embedding size (a CLIP text teacher's is its
-    projection, ``trainables.teachers.TextTeacher.dim``)."""
+    projection, ``trainables.models.teachers.TextTeacher.dim``)."""
     from transformers import AutoConfig
 
-    from trainables.profiles import resolve_encoder
-    from trainables.teachers import CLIP_TYPES
+    from trainables.config.profiles import resolve_encoder
+    from trainables.models.teachers import CLIP_TYPES
 
     cfg = AutoConfig.from_pretrained(resolve_encoder(name, cache))
     if teacher and cfg.model_type in CLIP_TYPES:

@@ -44,7 +44,7 @@ def check_study(url: str, option: str = "--study-storage") -> str:
     sqlite file whose folder can be written. Checked before anything starts (nothing created)."""
     from sqlalchemy.engine import make_url
 
-    from trainables.cli import writable_file
+    from trainables.runtime.command_line import writable_file
 
     try:
         u = make_url(url)

@@ -33,7 +33,7 @@ def trial_fn(config: dict[str, Any], arrays: Sequence[ArrayPlan]) -> None:
     """
     import ray
 
-    from trainables.ray_env import root_cause
+    from trainables.runtime.ray_env import root_cause
     from trainables.train import run_torch_trainer
 
     plan = arrays[config["index"]]

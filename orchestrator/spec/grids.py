@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainables.evaluation import ALL_TASKS
+from trainables.evaluation.sts import ALL_TASKS
 
 STS_COLUMNS = (*ALL_TASKS, "avg")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
-"""SentEval's transfer tasks in the papers' column order (``trainables.transfer.TRANSFER_TASKS``,
+"""SentEval's transfer tasks in the papers' column order (``trainables.evaluation.transfer.TRANSFER_TASKS``,
 named here so a grid is read without importing torch)"""
 TRANSFER_COLUMNS = (*(f"transfer/{t}" for t in TRANSFER_TASKS), "transfer/avg")
 """the TR table's columns: accuracy x 100 per task and their mean (DALR's TR Avg)"""
@@ -81,7 +81,7 @@ class Grid:
     note: str = ""
     transfer: bool = False
     """the table reports SentEval's transfer tasks (TR, DALR Tables 2, 3): its runs evaluate them
-    at the end (``trainables.profiles.transfer_layer`` says how, per profile) and the report adds
+    at the end (``trainables.config.profiles.transfer_layer`` says how, per profile) and the report adds
     the TR table; published TR numbers are keyed by ``TRANSFER_COLUMNS``"""
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from orchestrator.spec.grids import Grid, expand, frozen_mapping, path_part
-from trainables.config import RunConfig
+from trainables.config.run_config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class RunPlan:
     """members of one group are judged together (a search configuration's seeds); '' = none"""
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     """setting -> the layer that set it, for every setting that differs from its field default
-    (``trainables.profiles.explain_config``; ``--dry-run --explain`` prints it)"""
+    (``trainables.config.profiles.explain_config``; ``--dry-run --explain`` prints it)"""
 
     @property
     def config_hash(self) -> str:
@@ -101,7 +101,7 @@ def plan_runs(grid: Grid, profile: str | None, seeds: Sequence[int] | None = Non
     that reports TR adds its transfer settings below the grid's own (``transfer_layer``).
     ``seeds_from`` names where the seeds came from (``--seeds``) in each run's origins.
     """
-    from trainables.profiles import explain_config, transfer_layer
+    from trainables.config.profiles import explain_config, transfer_layer
 
     transfer = transfer_layer(profile)[0] if grid.transfer else {}
     if cells is not None:

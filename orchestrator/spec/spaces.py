@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.spec.grids import frozen_mapping
-from trainables.profiles import ALPHA_PARAM, DEFAULT_ALPHA, TEACHER_PARAM, teacher_overrides
+from trainables.config.profiles import ALPHA_PARAM, DEFAULT_ALPHA, TEACHER_PARAM, teacher_overrides
 
 
 def check_range(name: str, low: float, high: float, log: bool = False) -> None:
@@ -77,8 +77,8 @@ class ProfileTrial:
 
 def reference(space: SearchSpace, profile: str | None) -> dict[str, Any]:
     """The dotted settings of ``space.base`` built on ``profile`` (its recipe included)."""
-    from trainables.config import flatten
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
+    from trainables.config.run_config import flatten
 
     return flatten(build_config(profile, overrides=dict(space.base)).to_dict())
 
@@ -160,7 +160,7 @@ def params_to_overrides(space: SearchSpace, params: Mapping[str, Any], profile: 
         if "." in k:
             out[k] = None if v == "off" else v
     if TEACHER_PARAM in sampled:
-        from trainables.profiles import profile_overrides
+        from trainables.config.profiles import profile_overrides
 
         demo = bool(profile_overrides(profile)[1].get("data.demo"))
         out.update(teacher_overrides(sampled[TEACHER_PARAM], sampled.get(ALPHA_PARAM, DEFAULT_ALPHA), demo))

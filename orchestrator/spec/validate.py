@@ -17,7 +17,7 @@ from orchestrator.spec.spaces import (
 
 
 def _demo_build(overrides: Mapping[str, Any]) -> Any:
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     return build_config("demo", overrides=dict(overrides))
 

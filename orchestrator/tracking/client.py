@@ -71,7 +71,7 @@ def _check_local(path: Path, uri: str, option: str) -> None:
     if not folder.is_dir():
         raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
                          f"(mkdir -p {folder}) or point {option} elsewhere")
-    from trainables.cli import writable_folder
+    from trainables.runtime.command_line import writable_folder
 
     try:
         writable_folder(folder, option)
@@ -233,7 +233,7 @@ def schema_lock(db: Path | None):
     if db is None:
         yield
         return
-    from trainables.filelock import file_lock
+    from trainables.runtime.filelock import file_lock
 
     with file_lock(db.with_name(f".{db.name}.lock")):
         yield
@@ -494,7 +494,7 @@ class Tracker:
     def log_model_dir(self, run_id: str, folder: str | Path) -> str:
         """Upload an MLflow model folder as the run's ``model`` artifact; -> where the student
         folder inside it now lives (a local path for a local store, else an artifact URI)."""
-        from trainables.mlflow_model import DATA
+        from trainables.models.mlflow_export import DATA
 
         self.client.log_artifacts(run_id, str(folder), "model")
         uri = self.client.get_run(run_id).info.artifact_uri.rstrip("/") + f"/model/{DATA}"

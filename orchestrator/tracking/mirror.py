@@ -156,7 +156,7 @@ class MlflowMirror(Callback):
 
 def trial_error(trial) -> str:
     """The one-line reason of a failed trial, from Tune's error file."""
-    from trainables.ray_env import root_cause
+    from trainables.runtime.ray_env import root_cause
 
     path = getattr(trial, "error_file", None) or ""
     try:

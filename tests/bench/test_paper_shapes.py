@@ -40,7 +40,7 @@ def test_generated_files_are_the_paper_profiles(run):
     lines = (data / "wiki1m_for_simcse.txt").read_text().splitlines()
     assert len(lines) == 3000 and all(8 <= len(s.split()) <= 40 for s in lines)
     sys.path.insert(0, str(ROOT))
-    from trainables.store import FeatureStore
+    from trainables.data.store import FeatureStore
 
     store = FeatureStore(data / "flickr30k_clip_vitl14.parquet")
     assert len(store) == 500 and store.dim("image") == store.dim("clip_text") == 32
@@ -69,7 +69,7 @@ def test_measured_in_process(run):
                          "total_steps_full": 165, "first_kinds": "Ptttt" * 8}
     official = [r for r in m["schedule"] if r["official"]]
     assert len(official) == 3
-    for r in official:  # trainables.schedule at the official sizes is the official code's count
+    for r in official:  # trainables.data.schedule at the official sizes is the official code's count
         assert {k: r["ours"][k] for k in r["official"]} == r["official"], r["setting"]
     for key, final in m["finals"].items():
         assert math.isfinite(final["test/avg"]) and final["steps"] == 2, key

@@ -73,7 +73,7 @@ def test_soft_grounding_gradients_are_right():
 def table(tmp_path_factory, tiny_bert):
     import ray
 
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     d = tmp_path_factory.mktemp("softground")
     write_tiny_profile(d, tiny_bert, max_steps=3, eval_every=3)
@@ -117,7 +117,7 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
 
 def test_the_docs_example_starts_with_imports_that_work_and_explains_every_head_field():
     """docs/methods.md shows the example's import lines first (``setting`` from
-    trainables.checks), and they run; its Head reference names every field of ``Head``."""
+    trainables.runtime.checks), and they run; its Head reference names every field of ``Head``."""
     import dataclasses
     import re
     from pathlib import Path
@@ -126,7 +126,7 @@ def test_the_docs_example_starts_with_imports_that_work_and_explains_every_head_
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
     first = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    assert "from trainables.checks import" in first and "setting" in first
+    assert "from trainables.runtime.checks import" in first and "setting" in first
     exec(compile(first, "docs/methods.md", "exec"), {})  # noqa: S102 - the docs' own lines
     reference = text[text.index("### `Head`"):text.index("### What the loss receives")]
     for f in dataclasses.fields(Head):

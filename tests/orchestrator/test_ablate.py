@@ -28,7 +28,7 @@ def workdir(tmp_path_factory, tiny_bert):
 def ray_session():
     import ray
 
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     init_ray(num_cpus=2, log_to_driver=False)
     yield

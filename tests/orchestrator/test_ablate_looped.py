@@ -20,7 +20,7 @@ GRID = str(Path(__file__).parent / "grid_tiny.py")  # MCSE vs KDMCSE, seeds 0 an
 def ray_session():
     import ray
 
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     init_ray(num_cpus=2, log_to_driver=False)
     yield

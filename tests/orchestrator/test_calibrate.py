@@ -12,7 +12,7 @@ def tiny_calibration(tmp_path_factory, tiny_bert):
     import ray
 
     from orchestrator import calibrate as cmd
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
     from trainables.testing import write_tiny_profile
 
     d = tmp_path_factory.mktemp("calibrate")

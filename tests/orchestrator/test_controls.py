@@ -12,7 +12,7 @@ from orchestrator.spec.grids import Cell, Grid, expand
 from orchestrator.spec.plan import plan_runs
 from orchestrator.spec.registry import load_grid
 from orchestrator.spec.validate import validate_grid
-from trainables.profiles import build_config
+from trainables.config.profiles import build_config
 
 M = {"objective.method": "mcse"}
 
@@ -66,7 +66,7 @@ DEMO_WORLD = 2
 
 
 def _demo_world_or_skip() -> None:
-    from trainables import demo_corpus
+    from trainables.data import demo_corpus
 
     if getattr(demo_corpus, "VERSION", 0) < DEMO_WORLD:
         pytest.skip(f"the demo world (branch h-demo: demo_corpus VERSION {DEMO_WORLD}, where MCSE "
@@ -93,7 +93,7 @@ def test_positive_control_is_found_and_negative_control_is_not(tmp_path, monkeyp
     import ray
 
     from orchestrator import ablate
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     _demo_world_or_skip()
     monkeypatch.chdir(tmp_path)

@@ -21,8 +21,8 @@ import yaml
 from orchestrator import ablate, best, report, sync, ui_links
 from tests.orchestrator.refusing import refused, run_in
 from trainables import train
-from trainables.checks import leaf_fields
-from trainables.config import RunConfig, load_yaml
+from trainables.config.run_config import RunConfig, load_yaml
+from trainables.runtime.checks import leaf_fields
 from trainables.testing import write_tiny_profile
 
 
@@ -60,7 +60,7 @@ FIELD_CASES = [(k, b) for k, chk in leaf_fields(RunConfig) for b in chk.bad_valu
 
 @pytest.mark.parametrize(("key", "bad"), FIELD_CASES, ids=[f"{k}={b!r}" for k, b in FIELD_CASES])
 def test_the_profile_loader_refuses_every_fields_bad_values(key, bad, tmp_path):
-    """Generated from the config fields, as ``tests/trainables/test_checks.py`` is for overrides:
+    """Generated from the config fields, as ``tests/trainables/runtime/test_checks.py`` is for overrides:
     a profile file is refused at load time, naming itself and the setting."""
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump({key: bad}))
@@ -479,7 +479,7 @@ def test_a_server_that_is_not_mlflow_is_named_as_such(space, tmp_path, capsys, m
 
 # --- issue 31: report on a table that still trains, or was left RUNNING ---------------------------
 def _running_table(d: Path, plan: str) -> tuple[str, str]:
-    from orchestrator.results.report import grid_spec
+    from orchestrator.results.table_report import grid_spec
     from orchestrator.spec.registry import load_grid
     from orchestrator.tracking.client import Tracker
 

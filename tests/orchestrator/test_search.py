@@ -18,7 +18,7 @@ from trainables.testing import write_tiny_profile
 def run(tmp_path_factory, tiny_bert):
     import ray
 
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     d = tmp_path_factory.mktemp("search")
     write_tiny_profile(d, tiny_bert, max_steps=4, eval_every=2)

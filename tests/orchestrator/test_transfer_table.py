@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from orchestrator.analysis import tables
-from orchestrator.results.report import build_report, grid_spec
+from orchestrator.results.table_report import build_report, grid_spec
 from orchestrator.spec.grids import TRANSFER_COLUMNS, TRANSFER_TASKS, Cell, Grid
 from orchestrator.spec.plan import plan_runs
 from orchestrator.spec.validate import validate_grid
 from orchestrator.tracking.client import _is_metric
+from trainables.evaluation.transfer import TASK_FILES
 from trainables.testing import write_transfer_data
-from trainables.transfer import TASK_FILES
 
 GRID = Grid("tr", "TR test table", (Cell("MCSE", {"objective.method": "mcse"},
                                          {"transfer/avg": 85.64}),
@@ -27,7 +27,7 @@ GRID = Grid("tr", "TR test table", (Cell("MCSE", {"objective.method": "mcse"},
 
 
 def test_task_names_match_the_evaluation():
-    from trainables.transfer import TRANSFER_TASKS as EVALUATED
+    from trainables.evaluation.transfer import TRANSFER_TASKS as EVALUATED
 
     assert TRANSFER_TASKS == EVALUATED
     assert TRANSFER_COLUMNS[-1] == "transfer/avg" and len(TRANSFER_COLUMNS) == 8
@@ -82,8 +82,8 @@ def test_paper_dry_run_names_every_tr_file(tmp_path, tiny_bert, capsys, monkeypa
     import ray
 
     from orchestrator import ablate
-    from trainables.demo_corpus import generate_demo
-    from trainables.profiles import TEACHER_DIRS, paper_profile
+    from trainables.config.profiles import TEACHER_DIRS, paper_profile
+    from trainables.data.demo_corpus import generate_demo
 
     data = tmp_path / "data"
     demo = generate_demo(tmp_path / "demo", dim=32)
@@ -197,7 +197,7 @@ def test_a_table_with_tr_end_to_end(tmp_path, tiny_bert, capsys):
 
     from orchestrator import ablate, report
     from orchestrator.tracking.client import Tracker
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
     from trainables.testing import write_tiny_profile
 
     senteval = write_transfer_data(tmp_path / "senteval", n=14)

@@ -19,7 +19,7 @@ from orchestrator.spec.grids import STS_COLUMNS, expand
 from orchestrator.spec.registry import load_grid, load_space, names
 from orchestrator.spec.spaces import define_on, params_to_overrides
 from orchestrator.spec.validate import validate_grid, validate_space
-from trainables.profiles import (
+from trainables.config.profiles import (
     DEFAULT_ALPHA,
     MCSE_STORE,
     MINILM,

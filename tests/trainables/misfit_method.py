@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.checks import POSITIVE, setting
 from trainables.objectives.methods import (
     Head,
     HeadDims,
@@ -24,6 +23,7 @@ from trainables.objectives.methods import (
     register,
     text_infonce,
 )
+from trainables.runtime.checks import POSITIVE, setting
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from trainables.checks import NON_NEGATIVE, POSITIVE, count, setting
 from trainables.objectives.core import mcse_grounding_loss, simcse_loss
 from trainables.objectives.methods import (
     Head,
@@ -25,6 +24,7 @@ from trainables.objectives.methods import (
     register,
     text_infonce,
 )
+from trainables.runtime.checks import NON_NEGATIVE, POSITIVE, count, setting
 
 
 @dataclass(frozen=True)

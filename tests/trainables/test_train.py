@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trainables import ray_env, train
-from trainables.mlflow_model import DATA
-from trainables.profiles import build_config
+from trainables import train
+from trainables.config.profiles import build_config
+from trainables.models.mlflow_export import DATA
+from trainables.runtime import ray_env
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_cli_refuses_a_schedule_that_cannot_run_before_ray_starts(tiny_bert, tmp
     import numpy as np
     import ray
 
-    from trainables.store import StoreMetadata, write_store
+    from trainables.data.store import StoreMetadata, write_store
 
     (tmp_path / "wiki.txt").write_text("a man rides a horse\n" * 8)  # 1 text batch
     write_store(tmp_path / "pairs.parquet", ["a dog"] * 32, [str(i) for i in range(32)],  # 4 pair

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from trainables.config import RunConfig
+from trainables.config.run_config import RunConfig
 
 ROWS, LENGTH = 4, 8
 """the tiny batch: sentences (each in two dropout views) and tokens"""
@@ -26,7 +26,7 @@ def try_method(cfg: RunConfig, hidden: int, image_dim: int | None, clip_text_dim
     """Build ``cfg``'s method heads and run one text batch and (when the method trains on
     captions) one caption batch through heads, loss and backward. Raises ValueError in one line
     naming the method, its heads and the sizes."""
-    from trainables.heads import RESERVED, MethodHeads
+    from trainables.models.heads import RESERVED, MethodHeads
     from trainables.objectives import TeacherInputs, compute_objective
     from trainables.objectives.methods import HeadDims, method_of, resolve_heads
 
@@ -67,7 +67,7 @@ def try_method(cfg: RunConfig, hidden: int, image_dim: int | None, clip_text_dim
                                      f"{tuple(total.shape)}, requires_grad={total.requires_grad}")
                 total.backward()
     except Exception as e:
-        from trainables.cli import one_line
+        from trainables.runtime.command_line import one_line
 
         raise ValueError(
             f"method {method.name!r} fails one {kind} batch at this run's sizes (heads: {shown}; "

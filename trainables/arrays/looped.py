@@ -36,7 +36,7 @@ from torch import nn
 from trainables.arrays import dropout
 from trainables.arrays.encoder import StackedEncoder, check_inputs
 from trainables.arrays.hf_layout import stacked_unsupported
-from trainables.model import check_encoder_only, max_positions
+from trainables.models.student import check_encoder_only, max_positions
 
 
 def fallback_note(hf_config) -> str | None:
@@ -53,7 +53,7 @@ def backend_note(encoder: str, cache_dir: str | None = None) -> str | None:
     """:func:`fallback_note` of a run's ``encoder`` setting (the driver's view, read once)."""
     from transformers import AutoConfig
 
-    from trainables.profiles import resolve_encoder
+    from trainables.config.profiles import resolve_encoder
 
     return fallback_note(AutoConfig.from_pretrained(resolve_encoder(encoder, cache_dir)))
 

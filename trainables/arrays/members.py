@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables.config import RunConfig
+from trainables.config.run_config import RunConfig
 
 SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
                  "precision", "num_workers", "use_gpu", "final_eval")

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
+from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     MemberRecord,
@@ -40,21 +41,20 @@ from trainables.arrays.members import (
     pad_to,
     slug,
 )
-from trainables.arrays.model import ArrayModel
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
-from trainables.config import RunConfig
-from trainables.corpus import Tokenize
-from trainables.data import Batch, TrainingData, check_dims, load_data
-from trainables.evaluation import DevEvaluator, evaluate_sts_many
-from trainables.faults import maybe_inject
-from trainables.heads import RESERVED, MethodHeads, simcse_mlp
-from trainables.mlflow_model import DATA, write_mlflow_model
-from trainables.model import Student, StudentConfig, max_positions
+from trainables.config.profiles import resolve_encoder
+from trainables.config.run_config import RunConfig
+from trainables.data.batches import Batch, TrainingData, check_dims, load_data
+from trainables.data.corpus import Tokenize
+from trainables.data.schedule import BatchSchedule
+from trainables.evaluation.sts import DevEvaluator, evaluate_sts_many
+from trainables.evaluation.transfer import evaluate_transfer_many
+from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
+from trainables.models.mlflow_export import DATA, write_mlflow_model
+from trainables.models.student import Student, StudentConfig, max_positions
 from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
 from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
-from trainables.profiles import resolve_encoder
-from trainables.schedule import BatchSchedule
-from trainables.transfer import evaluate_transfer_many
+from trainables.runtime.faults import maybe_inject
 
 Report = Callable[[dict[str, Any], Path | None], None]
 """``report(metrics, checkpoint_dir_or_None)``; Ray Train's report in production."""
@@ -191,7 +191,7 @@ class ArrayTrainer:
         except (MemoryError, torch.OutOfMemoryError):
             raise
         except Exception as e:
-            from trainables.cli import one_line
+            from trainables.runtime.command_line import one_line
 
             if key not in self.failed_setup:
                 self.failed_setup[key] = f"could not be set up: {type(e).__name__}: {one_line(e)}"
@@ -240,7 +240,7 @@ class ArrayTrainer:
                 self._member_setup(m.key, lambda m=m: self._member_teachers(m, loaded, dtype))
 
     def _member_teachers(self, m: Member, loaded: dict, dtype: torch.dtype) -> None:
-        from trainables.teachers import TeacherEnsemble, TextTeacher
+        from trainables.models.teachers import TeacherEnsemble, TextTeacher
 
         paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
         weights = m.needs.teacher_weights or (1.0,) * len(paths)
@@ -366,7 +366,7 @@ class ArrayTrainer:
             except (MemoryError, torch.OutOfMemoryError):
                 raise
             except Exception as e:  # a head or loss of this member's method: it fails alone
-                from trainables.cli import one_line
+                from trainables.runtime.command_line import one_line
 
                 self._step_errors[j] = (f"failed at step {self.step + 1} in method "
                                         f"{m.method.name!r} ({kind} batch of {n}): "
@@ -615,7 +615,7 @@ class ArrayTrainer:
                           on_task: Callable[[str, int, int], None] | None = None) -> None:
         """SentEval's transfer tasks (``RunConfig.transfer``) of each member's best weights, as
         ``transfer/<task>`` and ``transfer/avg``: sentences encoded once for the array, each
-        member's probes trained on its own embeddings alone (``trainables.transfer``)."""
+        member's probes trained on its own embeddings alone (``trainables.evaluation.transfer``)."""
         todo: dict[tuple[Path, str], list[int]] = {}
         for j, m in enumerate(self.alive):
             if m.cfg.transfer is not None and m.data.transfer_dir is not None:
@@ -691,7 +691,7 @@ class ArrayTrainer:
         return {"step": self.step, "members": members, "resumed": 1}
 
     def export_best(self, root: Path) -> dict[str, Path]:
-        """Each finished member's best student as an MLflow model (``trainables.mlflow_model``)
+        """Each finished member's best student as an MLflow model (``trainables.models.mlflow_export``)
         around a Hugging Face / sentence-transformers folder; key -> the MLflow model folder."""
         students: dict[StudentConfig, Student] = {}
         out = {}

@@ -5,7 +5,7 @@ Why keep the flat config: a script that builds ``ObjectiveConfig(method="kdmcse"
 calls ``compute_objective(cfg, student, teacher)`` must keep working. ``None`` in it means "the
 method's own value", which :meth:`ObjectiveConfig.resolved` fills in from the method's settings
 class (``trainables.objectives.<method>``); :meth:`ObjectiveConfig.settings` turns it into those
-settings. Runs (``trainables.config.RunConfig``) hold the method's settings directly.
+settings. Runs (``trainables.config.run_config.RunConfig``) hold the method's settings directly.
 
 Totals (code reading, default; docs/official-code.md §4.2, §5.3, §6.3), per method module:
 
@@ -28,20 +28,6 @@ from typing import Any
 
 import torch
 
-from trainables.checks import (
-    FINITE,
-    NON_NEGATIVE,
-    POSITIVE,
-    Choice,
-    Each,
-    Flag,
-    Number,
-    Optional,
-    check_fields,
-    count,
-    setting,
-)
-
 # The built-in methods register themselves when their modules are imported.
 from trainables.objectives import dalr as _dalr  # noqa: F401
 from trainables.objectives import kdmcse as _kdmcse  # noqa: F401
@@ -55,6 +41,19 @@ from trainables.objectives.methods import (
     builtin_names,
     get,
     method_of,
+)
+from trainables.runtime.checks import (
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Each,
+    Flag,
+    Number,
+    Optional,
+    check_fields,
+    count,
+    setting,
 )
 
 METHODS = builtin_names()

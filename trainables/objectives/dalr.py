@@ -24,7 +24,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trainables.checks import NON_NEGATIVE, POSITIVE, Choice, Each, Flag, Number, count, setting
 from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
@@ -47,6 +46,16 @@ from trainables.objectives.methods import (
     TeacherInputs,
     need,
     register,
+)
+from trainables.runtime.checks import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Each,
+    Flag,
+    Number,
+    count,
+    setting,
 )
 
 G2L_MASK = 10000.0

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from trainables.checks import FINITE, NON_NEGATIVE, POSITIVE, Choice, Flag, Optional, setting
 from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
@@ -36,6 +35,15 @@ from trainables.objectives.methods import (
     TeacherInputs,
     need,
     register,
+)
+from trainables.runtime.checks import (
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Flag,
+    Optional,
+    setting,
 )
 
 

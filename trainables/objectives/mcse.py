@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from trainables.checks import Flag, setting
 from trainables.objectives.kdmcse import (
     GroundingSettings,
     check_grounding_store,
@@ -35,6 +34,7 @@ from trainables.objectives.methods import (
     TeacherInputs,
     register,
 )
+from trainables.runtime.checks import Flag, setting
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ methods come from. docs/methods.md walks through writing one; this module is the
 A method is a subclass of :class:`Method`, registered with ``@register``:
 
 - ``name`` (what ``objective.method`` names) and ``settings``, a frozen dataclass subclassing
-  :class:`Settings` whose every field is ``trainables.checks.setting(default, check)``; the
+  :class:`Settings` whose every field is ``trainables.runtime.checks.setting(default, check)``; the
   defaults are the method's own values (the official code's, for the built-in methods). Its
   fields are the grid keys and search dimensions ``objective.<field>``, its values the run's
   MLflow params, and they alone (with the method's name) enter the config hash.
@@ -43,8 +43,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from trainables.checks import Number, check_fields, leaf_fields
 from trainables.objectives.core import angular_margin_logits, diagonal_cross_entropy
+from trainables.runtime.checks import Number, check_fields, leaf_fields
 
 DEFAULT_METHOD = "mcse"
 """what ``objective.method`` is when nothing names it (MCSE, the papers' common baseline)"""
@@ -204,7 +204,7 @@ class Head:
     """A small trainable module on one input of the student's batch; each array member gets its
     own, initialised from its seed, optimised and checkpointed with it.
 
-    Kinds (``trainables.heads``): 'tanh' = Linear + tanh (MCSE's MLPLayer), 'linear' = Linear,
+    Kinds (``trainables.models.heads``): 'tanh' = Linear + tanh (MCSE's MLPLayer), 'linear' = Linear,
     'aligner' = DALR's Linear-BN-ReLU-Linear-BN-ReLU with hidden width ``width``. Inputs: 'cls' and
     'z' ([CLS] before / after the SimCSE MLP, both dropout views: (bs, 2, d)), 'z1' (view 1 after
     the MLP), 'image' and 'clip_text' (the stored features, caption batches only).

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainables.checks import POSITIVE, setting
 from trainables.objectives.methods import ANGLE, Method, Needs, Settings, register
+from trainables.runtime.checks import POSITIVE, setting
 
 
 @dataclass(frozen=True)

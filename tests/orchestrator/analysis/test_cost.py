@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.analysis import cost
 from orchestrator.analysis.cost import Encoder, Member
-from trainables.schedule import count_steps
+from trainables.data.schedule import count_steps
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = Encoder(hidden=768, layers=12, heads=12, intermediate=3072, vocab=30522)

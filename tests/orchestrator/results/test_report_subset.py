@@ -3,7 +3,7 @@ pre-start checks leave in it; built from a stand-in for MLflow (the real store: 
 
 from __future__ import annotations
 
-from orchestrator.results.report import build_report
+from orchestrator.results.table_report import build_report
 
 SEEDS = [0, 1]
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")

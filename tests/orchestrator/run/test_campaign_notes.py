@@ -21,7 +21,7 @@ def test_resume_says_when_the_checkpoints_of_a_started_array_are_gone(tmp_path, 
     from orchestrator.run.campaign import Session
     from orchestrator.spec.plan import ArrayPlan, RunPlan
     from orchestrator.tracking.client import Tracker
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     tr = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = tr.start_parent("t", "table", "p", {})
@@ -47,11 +47,11 @@ def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypa
     import ray
 
     import orchestrator.run.resources as resources
-    import trainables.ray_env as ray_env
+    import trainables.runtime.ray_env as ray_env
     from orchestrator.run.campaign import dry_run_arrays
     from orchestrator.run.options import Options
     from orchestrator.spec.plan import RunPlan
-    from trainables.profiles import build_config
+    from trainables.config.profiles import build_config
 
     joined = []
     monkeypatch.setattr(ray_env, "init_ray", lambda address, **kw: joined.append(address))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import SENTEVAL
-from trainables.profiles import MCSE_STORE, PAPER_STORE, build_config
-from trainables.schedule import count_steps, run_length
+from trainables.config.profiles import MCSE_STORE, PAPER_STORE, build_config
+from trainables.data.schedule import count_steps, run_length
 
 WIKI, MCSE_PAIRS, CLIP_PAIRS = 1_000_000, 29_783, 158_915
 
@@ -34,7 +34,7 @@ def test_table3_preflight_on_paper_sized_files_counts_the_official_steps(tiny_be
     from orchestrator.run.preflight import check_data
     from orchestrator.spec.plan import plan_runs
     from orchestrator.spec.registry import load_grid
-    from trainables.store import StoreMetadata, write_store
+    from trainables.data.store import StoreMetadata, write_store
 
     data = tmp_path / "data"
     data.mkdir()

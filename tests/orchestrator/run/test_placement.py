@@ -124,7 +124,7 @@ def test_missing_private_api_warns_once_instead_of_going_quiet(monkeypatch, caps
     """Where Ray moves ray._private.state, the reaper and the orphan check say so, once."""
     import ray._private.state
 
-    import trainables.ray_env as ray_env
+    import trainables.runtime.ray_env as ray_env
     from trainables.train import _stop_if_orphaned
 
     monkeypatch.setattr(ray_env, "_warned", set())

@@ -21,8 +21,8 @@ import yaml
 
 from orchestrator import ablate, search
 from tests.orchestrator.refusing import refused, run_in
-from trainables import convert
-from trainables.store import StoreMetadata, write_store
+from trainables.data import converters as convert
+from trainables.data.store import StoreMetadata, write_store
 
 GRID = str(Path(__file__).parents[1] / "grid_tiny.py")  # MCSE vs KDMCSE with threshold 0.8
 
@@ -32,7 +32,7 @@ def files(tmp_path_factory, tiny_bert) -> Path:
     """The demo corpus, a valid profile, and each broken input of the issue's table."""
     import ray
 
-    from trainables.demo_corpus import generate_demo
+    from trainables.data.demo_corpus import generate_demo
 
     ray.shutdown()  # a session left by another module would hide a Ray start here
     d = tmp_path_factory.mktemp("preflight")

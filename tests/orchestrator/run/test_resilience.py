@@ -525,7 +525,7 @@ def bad(tmp_path_factory, tiny_bert, tiny_clip) -> Path:
     import pyarrow.parquet as pq
     from PIL import Image
 
-    from trainables.demo_corpus import generate_demo
+    from trainables.data.demo_corpus import generate_demo
 
     d = tmp_path_factory.mktemp("bad-input")
     demo = generate_demo(d / "demo", dim=32)

@@ -9,7 +9,7 @@ import pytest
 def local_ray():
     import ray
 
-    from trainables.ray_env import init_ray
+    from trainables.runtime.ray_env import init_ray
 
     started = not ray.is_initialized()
     init_ray(num_cpus=2, log_to_driver=False)

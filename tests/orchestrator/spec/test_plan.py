@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.spec.grids import Cell, Grid
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack, plan_id, plan_runs
-from trainables.profiles import build_config
+from trainables.config.profiles import build_config
 
 GRID = Grid("t", "test", (Cell("MCSE", {"objective.method": "mcse"}),
                           Cell("KDMCSE", {"objective.method": "kdmcse"}),

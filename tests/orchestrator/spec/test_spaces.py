@@ -15,7 +15,7 @@ from orchestrator.spec.spaces import (
     check_range,
     params_to_overrides,
 )
-from trainables.profiles import TEACHER_DIRS, build_config
+from trainables.config.profiles import TEACHER_DIRS, build_config
 
 M = {"objective.method": "mcse"}
 

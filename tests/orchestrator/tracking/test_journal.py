@@ -10,7 +10,7 @@ import pytest
 from orchestrator import sync
 from orchestrator.tracking.client import TAG, Tracker
 from orchestrator.tracking.journal import PENDING, Journal
-from trainables.mlflow_model import DATA
+from trainables.models.mlflow_export import DATA
 
 
 def plan(cell, seed):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from trainables.arrays.trainer import ArrayTrainer
-from trainables.profiles import build_config
+from trainables.config.profiles import build_config
 
 TOL = 1e-5
 """member independence on the CPU in fp32: losses, dev curve and test scores"""

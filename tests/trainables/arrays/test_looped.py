@@ -39,7 +39,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bert_as_distil(tiny_bert, tmp_path_factory):
-    from trainables.profiles import write_bert_as_distilbert
+    from trainables.config.profiles import write_bert_as_distilbert
 
     return write_bert_as_distilbert(tiny_bert, tmp_path_factory.mktemp("bert-as-distilbert"))
 
@@ -86,7 +86,7 @@ def test_the_config_decides_stacked_or_looped(tiny_bert, tiny_distilbert, tiny_m
     (lambda: __import__("transformers").BertConfig(is_decoder=True), "configured as a decoder"),
 ])
 def test_what_is_not_a_bidirectional_encoder_is_refused_in_one_line(make, match, tmp_path):
-    from trainables.model import Student, StudentConfig, check_encoder_only
+    from trainables.models.student import Student, StudentConfig, check_encoder_only
 
     cfg = make()
     with pytest.raises(ValueError, match=match) as err:
@@ -120,7 +120,7 @@ def test_looped_distilbert_computes_what_the_stacked_bert_computes(tiny_bert, be
     embedding are those of the stacked encoder."""
     from transformers import AutoConfig, AutoModel
 
-    from trainables.profiles import bert_state_as_distilbert
+    from trainables.config.profiles import bert_state_as_distilbert
 
     bert = AutoModel.from_pretrained(tiny_bert, dtype=torch.float32).state_dict()
     g = torch.Generator().manual_seed(0)
@@ -219,8 +219,8 @@ def test_fallback_student_trains_evaluates_checkpoints_resumes_and_exports(
         encoder, request, cache, tmp_path, monkeypatch, capsys):
     from sentence_transformers import SentenceTransformer
 
-    from trainables.evaluation import evaluate_sts
-    from trainables.model import Student
+    from trainables.evaluation.sts import evaluate_sts
+    from trainables.models.student import Student
 
     path = request.getfixturevalue(encoder)
     members = [("k", cfg(path, cache, "kdmcse", seed=0)), ("m", cfg(path, cache, "mcse", seed=1))]
@@ -257,7 +257,7 @@ def test_the_demo_student_written_as_distilbert_computes_the_same_embeddings(min
     the same tokens and, without dropout, the same [CLS] embeddings."""
     from transformers import AutoTokenizer
 
-    from trainables.profiles import MINILM_TOP1, MINILM_TOP1_DISTILBERT, resolve_encoder
+    from trainables.config.profiles import MINILM_TOP1, MINILM_TOP1_DISTILBERT, resolve_encoder
 
     bert, distil = (resolve_encoder(n, tmp_path) for n in (MINILM_TOP1, MINILM_TOP1_DISTILBERT))
     sents = ["a man rides a horse on the beach .", "two dogs play in the snow", "hello"]

@@ -10,8 +10,8 @@ import torch
 
 from tests import official_loop as ref
 from trainables.arrays.trainer import ArrayTrainer
-from trainables.config import RunConfig
-from trainables.store import StoreMetadata, write_store
+from trainables.config.run_config import RunConfig
+from trainables.data.store import StoreMetadata, write_store
 from trainables.testing import WORDS, write_bert_tokenizer
 
 H = 32

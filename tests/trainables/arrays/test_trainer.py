@@ -61,7 +61,7 @@ def test_dalr_members_with_the_same_teachers_share_one_teacher_forward(tiny_bert
                                                                        monkeypatch):
     """The teachers run once a step for every DALR member that needs them, not once a member,
     and each DALR member still trains as it does alone."""
-    from trainables.teachers import TextTeacher
+    from trainables.models.teachers import TextTeacher
 
     calls, sharing = [], []
     encode_ids, outputs = TextTeacher.encode_ids, ArrayTrainer._teacher_outputs
@@ -252,8 +252,8 @@ def test_successive_halving_drops_whole_groups(tiny_bert, cache, tmp_path):
 
 
 def test_final_eval_and_export_use_the_best_weights(tiny_bert, cache, tmp_path):
-    from trainables.evaluation import evaluate_sts
-    from trainables.model import Student
+    from trainables.evaluation.sts import evaluate_sts
+    from trainables.models.student import Student
 
     t, reports, final = run([("a", cfg(tiny_bert, cache, "mcse", lr=3e-3))], tmp_path)
     for k in ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -271,11 +271,11 @@ def test_final_eval_and_export_use_the_best_weights(tiny_bert, cache, tmp_path):
 
 def test_threshold_filter_share_is_logged_and_a_filter_masking_everything_stops_its_member(
         tiny_bert, cache, tmp_path, monkeypatch):
-    # The pre-start sample refuses such a threshold (tests/trainables/test_feature_stats.py); this
+    # The pre-start sample refuses such a threshold (tests/trainables/data/test_filter_stats.py); this
     # is the backstop for batches the sample did not foresee, so the sample is switched off here.
-    import trainables.data
+    import trainables.data.batches
 
-    monkeypatch.setattr(trainables.data, "threshold_sample", lambda cfg, data: None)
+    monkeypatch.setattr(trainables.data.batches, "threshold_sample", lambda cfg, data: None)
     ok = cfg(tiny_bert, cache, "kdmcse", seed=0, max_steps=9, **{"objective.threshold": 0.8})
     blind = cfg(tiny_bert, cache, "kdmcse", seed=1, max_steps=9, **{"objective.threshold": -100.0})
     plain = cfg(tiny_bert, cache, "mcse", seed=2, max_steps=9)

@@ -21,8 +21,8 @@ import tests.trainables.plugin_method  # noqa: F401  (registers "auxhead")
 from orchestrator.spec.grids import Cell, Grid
 from orchestrator.spec.plan import plan_runs
 from tests.trainables.objectives.references import batch
-from trainables.checks import POSITIVE, setting
-from trainables.config import RunConfig, load_yaml
+from trainables.config.profiles import build_config, explain_config
+from trainables.config.run_config import RunConfig, load_yaml
 from trainables.objectives import METHODS, ObjectiveConfig, compute_objective
 from trainables.objectives.methods import (
     Head,
@@ -40,7 +40,7 @@ from trainables.objectives.methods import (
     source,
     sources,
 )
-from trainables.profiles import build_config, explain_config
+from trainables.runtime.checks import POSITIVE, setting
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "softground.py"
@@ -188,7 +188,7 @@ def write_method(folder: Path, stem: str, name: str, body: str = "") -> Path:
     path = folder / f"{stem}.py"
     path.write_text(textwrap.dedent(f"""
         from dataclasses import dataclass
-        from trainables.checks import POSITIVE, setting
+        from trainables.runtime.checks import POSITIVE, setting
         from trainables.objectives.methods import Method, Needs, Settings, register
 
         @dataclass(frozen=True)
@@ -274,7 +274,7 @@ def test_a_builtin_configs_hash_does_not_depend_on_other_methods():
     here = {m: build_config("demo", m).config_hash() for m in BUILTIN}
     there = fresh_python("""
         import json
-        from trainables.profiles import build_config
+        from trainables.config.profiles import build_config
         print(json.dumps({m: build_config("demo", m).config_hash()
                           for m in ("simcse", "mcse", "kdmcse", "dalr")}))
     """, ROOT)
@@ -346,7 +346,7 @@ def test_a_plugins_settings_are_search_dimensions():
 
 
 def test_a_student_saves_its_plugin_heads_and_loads_from_them(tiny_bert, tmp_path):
-    from trainables.model import Student, StudentConfig
+    from trainables.models.student import Student, StudentConfig
 
     torch.manual_seed(0)
     s = Student(StudentConfig(encoder=str(tiny_bert), method="auxhead", proj_dim=8, image_dim=12))

