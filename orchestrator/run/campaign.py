@@ -684,7 +684,7 @@ def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_pe
     from transformers import AutoConfig
 
     from orchestrator.analysis.cost import Encoder, Member, estimate, format_estimate, read_measured
-    from trainables.config.profiles import resolve_encoder
+    from trainables.models.pretrained import resolve_encoder
 
     if gpus_per_trial == 0:
         return "cost: no GPU estimate (--gpus-per-trial 0 trains on CPUs)"

@@ -75,7 +75,7 @@ def check_storage(storage: str) -> str:
 
 def check_models(members: Sequence[RunPlan]) -> str:
     """Every encoder and text teacher a member loads is a model folder or a cached hub name."""
-    from trainables.config.profiles import resolve_encoder
+    from trainables.models.pretrained import resolve_encoder
     from trainables.models.student import _loadable_source
 
     names: dict[str, tuple[str, str]] = {}
@@ -140,7 +140,7 @@ def check_encoders(members: Sequence[RunPlan]) -> list[str]:
     from transformers import AutoConfig
 
     from trainables.arrays.looped import backend_note
-    from trainables.config.profiles import resolve_encoder
+    from trainables.models.pretrained import resolve_encoder
     from trainables.models.student import check_encoder_only
 
     lines, seen = [], set()

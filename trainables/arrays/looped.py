@@ -53,7 +53,7 @@ def backend_note(encoder: str, cache_dir: str | None = None) -> str | None:
     """:func:`fallback_note` of a run's ``encoder`` setting (the driver's view, read once)."""
     from transformers import AutoConfig
 
-    from trainables.config.profiles import resolve_encoder
+    from trainables.models.pretrained import resolve_encoder
 
     return fallback_note(AutoConfig.from_pretrained(resolve_encoder(encoder, cache_dir)))
 

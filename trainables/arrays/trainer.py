@@ -42,7 +42,6 @@ from trainables.arrays.members import (
     slug,
 )
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
-from trainables.config.profiles import resolve_encoder
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
@@ -51,6 +50,7 @@ from trainables.evaluation.sts import DevEvaluator, evaluate_sts_many
 from trainables.evaluation.transfer import evaluate_transfer_many
 from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
 from trainables.models.mlflow_export import DATA, write_mlflow_model
+from trainables.models.pretrained import resolve_encoder
 from trainables.models.student import Student, StudentConfig, max_positions
 from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
 from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads

@@ -163,7 +163,7 @@ def check_dims(cfg: RunConfig, data: TrainingData) -> None:
     def hidden() -> int:
         from transformers import AutoConfig
 
-        from trainables.config.profiles import resolve_encoder
+        from trainables.models.pretrained import resolve_encoder
 
         return AutoConfig.from_pretrained(resolve_encoder(cfg.encoder, cfg.data.cache_dir)).hidden_size
 

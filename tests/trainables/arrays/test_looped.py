@@ -39,7 +39,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bert_as_distil(tiny_bert, tmp_path_factory):
-    from trainables.config.profiles import write_bert_as_distilbert
+    from trainables.models.pretrained import write_bert_as_distilbert
 
     return write_bert_as_distilbert(tiny_bert, tmp_path_factory.mktemp("bert-as-distilbert"))
 
@@ -120,7 +120,7 @@ def test_looped_distilbert_computes_what_the_stacked_bert_computes(tiny_bert, be
     embedding are those of the stacked encoder."""
     from transformers import AutoConfig, AutoModel
 
-    from trainables.config.profiles import bert_state_as_distilbert
+    from trainables.models.pretrained import bert_state_as_distilbert
 
     bert = AutoModel.from_pretrained(tiny_bert, dtype=torch.float32).state_dict()
     g = torch.Generator().manual_seed(0)
@@ -257,7 +257,7 @@ def test_the_demo_student_written_as_distilbert_computes_the_same_embeddings(min
     the same tokens and, without dropout, the same [CLS] embeddings."""
     from transformers import AutoTokenizer
 
-    from trainables.config.profiles import MINILM_TOP1, MINILM_TOP1_DISTILBERT, resolve_encoder
+    from trainables.models.pretrained import MINILM_TOP1, MINILM_TOP1_DISTILBERT, resolve_encoder
 
     bert, distil = (resolve_encoder(n, tmp_path) for n in (MINILM_TOP1, MINILM_TOP1_DISTILBERT))
     sents = ["a man rides a horse on the beach .", "two dogs play in the snow", "hello"]

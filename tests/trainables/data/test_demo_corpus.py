@@ -223,8 +223,8 @@ def test_evaluate_sts_reads_demo_layout(demo):
 def test_demo_student_starts_well_below_the_ceiling(demo, minilm, tmp_path):
     """The demo student (MiniLM-L6's last layer on its embeddings), [CLS] as training evaluates it:
     informative (not a constant vector) but far from the lexicon oracle."""
-    from trainables.config.profiles import MINILM_TOP1, resolve_encoder
     from trainables.evaluation.sts import DevEvaluator
+    from trainables.models.pretrained import MINILM_TOP1, resolve_encoder
     from trainables.models.student import Student, StudentConfig
 
     path = Path(resolve_encoder(MINILM_TOP1, tmp_path))
