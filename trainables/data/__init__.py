@@ -1,2 +1,2 @@
-"""What a run reads: text corpus, feature store (converters, CLIP extraction), schedule, batches,
-the demo world, filter statistics. May import: runtime, evaluation, objectives, models, config."""
+"""What a run reads: text corpus, feature store (converters, CLIP extraction, teacher columns),
+schedule, batches, demo world, filter statistics. May import: runtime, evaluation, objectives, models, config."""

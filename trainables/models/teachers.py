@@ -1,4 +1,4 @@
-"""DALR's frozen text teachers (SimCSE, DiffCSE, CLIP text, any encoder) and their precomputation.
+"""DALR's frozen text teachers (SimCSE, DiffCSE, CLIP text, any encoder).
 
 DALR (docs/official-code.md §6.1-§6.2) runs two frozen sentence encoders on every
 caption batch: ``emb`` (pooled, (bs, d)) feeds S_T, F_T (L_rank, L_CMA, L_IMA) and ``local``
@@ -9,17 +9,12 @@ per-teacher tensors.
 What is precomputed and what is not, and why:
   * ``emb`` is precomputed. Teachers are deterministic (eval mode, no dropout) and both dropout
     views carry identical tokens, so a caption's teacher embedding is a fixed function of the
-    caption (and max_length). :func:`precompute_teacher_columns` stores it once as a
+    caption (and max_length). :func:`trainables.data.teacher_columns.precompute_teacher_columns` stores it once as a
     ``teacher_<name>`` column of the feature store, so training needs no teacher forward for
     S_T / F_T.
   * ``local`` is computed on the fly. It is (L-1) x d floats per caption: 31 x 768 x 4 B = 95 KB,
     about 15 GB for Flickr30k's 159k captions, too big to store; g2l runs the teachers per batch.
     With ``use_g2l`` off, training needs no teacher model at all.
-
-Precomputation is a plain batched loop, not Ray Data: it is one pass of a BERT-base forward over
-the captions (about a minute per teacher on one GPU), and its result must land in the single
-store file through ``add_columns``, which rewrites the file anyway; actors would add start-up,
-a model load each and object-store copies for no gain.
 
 Token ids: the official teachers consume the *student's* ``input_ids`` (valid only with a shared
 vocabulary). :class:`TextTeacher` checks that at construction, and ``retokenize=True`` instead
@@ -50,7 +45,8 @@ def default_pooler(name_or_path: str, kind: str = "encoder") -> str:
     return "cls_before_pooler" if ("simcse" in name_or_path or "DiffCSE" in name_or_path) else "avg"
 
 
-def _tokenizer(tok):
+def as_tokenizer(tok):
+    """A tokenizer, loaded from its folder or id when given one."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tok)) if isinstance(tok, str | Path) else tok
@@ -114,11 +110,11 @@ class TextTeacher:
         else:
             model = AutoModel.from_pretrained(self.name_or_path)
         self.model = model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
-        self.tokenizer = _tokenizer(self.name_or_path)
+        self.tokenizer = as_tokenizer(self.name_or_path)
         self.retokenize = retokenize
         self.max_length = max_length
         if student_tokenizer is not None and not retokenize:
-            check_same_vocab(self.tokenizer, _tokenizer(student_tokenizer), self.name_or_path)
+            check_same_vocab(self.tokenizer, as_tokenizer(student_tokenizer), self.name_or_path)
 
     @property
     def dim(self) -> int:
@@ -227,66 +223,6 @@ class TeacherEnsemble:
         if missing:
             raise KeyError(
                 f"feature store batch has no column(s) {missing}; run "
-                "trainables.models.teachers.precompute_teacher_columns on the store first"
+                "trainables.data.teacher_columns.precompute_teacher_columns on the store first"
             )
         return tuple(torch.as_tensor(np.asarray(batch[c]), device=device) for c in self.columns)
-
-
-def _provenance(t: TextTeacher, tokenizer_name: str, max_length: int) -> dict:
-    return {
-        "model": t.name_or_path, "kind": t.kind, "pooler": t.pooler, "dim": t.dim,
-        "max_length": max_length, "retokenize": t.retokenize,
-        "tokenizer": t.name_or_path if t.retokenize else tokenizer_name,
-    }
-
-
-def precompute_teacher_columns(
-    store_path: str | Path,
-    teachers: TeacherEnsemble | Sequence[TextTeacher],
-    tokenizer,
-    max_length: int = 32,
-    batch_size: int = 256,
-) -> Path:
-    """Add one ``teacher_<name>`` column (each caption's ``emb``) per teacher to a store.
-
-    ``tokenizer`` is the student's (ids are what the official teachers see); teachers built with
-    ``retokenize=True`` use their own. A column that already exists from the same model, pooler,
-    tokenizer and max_length is kept (re-running is a no-op); from anything else it is an error.
-    """
-    import pyarrow.parquet as pq
-
-    from trainables.data.store import FeatureStore, StoreError, add_columns
-
-    teachers = teachers.teachers if isinstance(teachers, TeacherEnsemble) else tuple(teachers)
-    store_path = Path(store_path)
-    meta = FeatureStore(store_path).metadata  # validates the file first
-    done = dict(meta.extra.get("columns", {}))
-    tok = _tokenizer(tokenizer)
-    tok_name = str(getattr(tok, "name_or_path", "")) or type(tok).__name__
-    captions = pq.read_table(store_path, columns=["caption"]).column("caption").to_pylist()
-    # Sorting by length cuts padding; emb does not depend on padding (masked attention).
-    order = np.argsort([len(c) for c in captions], kind="stable")
-    new_cols, new_meta = {}, {}
-    for t in teachers:
-        col, prov = f"teacher_{t.name}", _provenance(t, tok_name, max_length)
-        if col in done:
-            if done[col] != prov:
-                raise StoreError(
-                    f"{store_path}: column {col!r} exists from {done[col]}, not {prov}; re-convert the "
-                    "store or give this teacher another name="
-                )
-            continue
-        if not t.retokenize:
-            check_same_vocab(t.tokenizer, tok, t.name_or_path)
-        out = np.empty((len(captions), t.dim), np.float32)
-        for start in range(0, len(captions), batch_size):
-            idx = order[start : start + batch_size]
-            texts = [captions[i] for i in idx]
-            ids = t.tokenize(texts, max_length) if t.retokenize else tok(
-                texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-            )
-            out[idx] = t.encode_ids(ids["input_ids"], ids["attention_mask"])[0].cpu().numpy()
-        new_cols[col], new_meta[col] = out, prov
-    if not new_cols:
-        return store_path
-    return add_columns(store_path, new_cols, {"columns": {**done, **new_meta}})
