@@ -1,10 +1,14 @@
-"""The allowed import directions between the project's packages (orchestrator/__init__.py).
+"""The allowed import directions between the project's packages (orchestrator/__init__.py,
+trainables/__init__.py).
 
 Each orchestrator package may import only the packages below it:
-analysis < spec < tracking < results < run < the command lines. ``analysis`` imports no torch,
-Ray, MLflow or Optuna (its statistics must run anywhere); ``trainables`` never imports
-``orchestrator``; ``search_spaces`` reads only the grid language. The graph is the one
-``test_imports`` reads from the source (function-level imports included).
+analysis < spec < tracking < results < run < the command lines. Each trainables package likewise:
+runtime < evaluation < objectives < models < config < data < arrays < the top-level modules (the
+commands ``train``, ``convert``, ``extract`` and the ``testing`` helpers). ``analysis`` imports no
+torch, Ray, MLflow or Optuna (its statistics must run anywhere); ``trainables`` never imports
+``orchestrator``; ``search_spaces`` reads only the grid language and the profiles. The graph is the
+one ``test_imports`` reads from the source (function-level imports included); with the layers
+ordered, no two packages can import each other.
 """
 
 from __future__ import annotations
@@ -17,12 +21,19 @@ from tests.test_imports import ROOT, import_graph, module_files
 
 LAYERS = ("analysis", "spec", "tracking", "results", "run")
 """orchestrator's packages, lowest first: each may import those before it and itself"""
+TRAINABLES = ("runtime", "evaluation", "objectives", "models", "config", "data", "arrays")
+"""trainables' packages, lowest first: each may import those before it and itself"""
+MAX_TOP_LEVEL = 6
+"""trainables' top-level modules (``__init__`` included): the commands and the test helpers"""
 HEAVY = ("torch", "ray", "mlflow", "optuna")
 
 
 def _layer(module: str) -> str:
-    """'orchestrator.run.campaign' -> 'run'; a command ('orchestrator.ablate') -> 'commands'."""
+    """'orchestrator.run.campaign' -> 'run'; a command ('orchestrator.ablate') -> 'commands';
+    'trainables.data.store' -> 'trainables.data'; 'trainables.train' -> 'trainables.commands'."""
     parts = module.split(".")
+    if parts[0] == "trainables" and len(parts) > 1:
+        return f"trainables.{parts[1] if parts[1] in TRAINABLES else 'commands'}"
     if parts[0] != "orchestrator":
         return parts[0]
     if len(parts) > 1 and parts[1] in LAYERS:
@@ -34,9 +45,14 @@ def allowed(src: str, dst: str) -> bool:
     """May a module of layer ``src`` import a module of layer ``dst``?"""
     if src == dst:
         return True
-    if src == "trainables":
-        return False  # the training side never depends on the orchestration
-    if dst == "trainables":
+    if src.startswith("trainables"):
+        if not dst.startswith("trainables"):
+            return False  # the training side never depends on the orchestration
+        if src == "trainables.commands" or dst == "trainables":
+            return True
+        below = [f"trainables.{t}" for t in TRAINABLES]
+        return src in below and dst in below and below.index(dst) < below.index(src)
+    if dst.startswith("trainables"):
         return True
     if src == "search_spaces":
         return dst == "spec"
@@ -59,6 +75,35 @@ def test_rule_itself():
     assert allowed("search_spaces", "spec") and not allowed("search_spaces", "run")
     assert violations({"orchestrator.analysis.tables": {"orchestrator.spec.grids"}}) == [
         "orchestrator.analysis.tables -> orchestrator.spec.grids"]
+
+
+def test_trainables_rule_itself():
+    def ok(a: str, b: str) -> bool:
+        return allowed(_layer(a), _layer(b))
+
+    assert ok("trainables.arrays.trainer", "trainables.data.batches")
+    assert ok("trainables.data.batches", "trainables.config.run_config")
+    assert ok("trainables.models.heads", "trainables.objectives.methods")
+    assert ok("trainables.objectives.core", "trainables.runtime.checks")
+    assert ok("trainables.train", "trainables.arrays.trainer") and ok("trainables.data.store", "trainables.data.corpus")
+    assert not ok("trainables.models.teachers", "trainables.data.store")
+    assert not ok("trainables.runtime.checks", "trainables.objectives.core")
+    assert not ok("trainables.config.profiles", "trainables.data.demo_corpus")
+    assert not ok("trainables.data.batches", "trainables.train")
+    assert not ok("trainables.arrays.trainer", "orchestrator.run.trial")
+    assert ok("orchestrator.run.preflight", "trainables.data.batches")
+
+
+def test_trainables_is_packages_under_a_few_modules():
+    root = ROOT / "trainables"
+    top = sorted(p.name for p in root.glob("*.py"))
+    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
+    assert len(top) <= MAX_TOP_LEVEL, f"trainables/ has {len(top)} top-level modules: {top}"
+    assert set(packages) == set(TRAINABLES), (
+        f"trainables' packages {packages} differ from the layers {TRAINABLES}: name a new one there")
+    for pkg in packages:
+        doc = ast.get_docstring(ast.parse((root / pkg / "__init__.py").read_text()))
+        assert doc, f"trainables/{pkg}/__init__.py must say what the package holds"
 
 
 def test_packages_import_only_downwards():
