@@ -14,6 +14,7 @@ ordered, no two packages can import each other.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -139,3 +140,39 @@ def test_results_do_not_start_ray():
     found = {m: "ray" for m, p in module_files().items()
              if _layer(m) in ("results", "analysis") and "ray" in _external(p)}
     assert not found, found
+
+
+def readme_layout() -> dict[str, tuple[set[str], set[str]]]:
+    """The README's layout block: top-level entry -> (the packages it lists, the .py files it names)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("\n## Layout\n", 1)[1].split("```", 2)[1]
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    top = ""
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            top = line.split()[0].rstrip("/")
+            out[top] = (set(), set())
+        if not top:
+            continue
+        package = re.match(r"\s+(\w+)/\s", line)
+        if package and line[0].isspace():
+            out[top][0].add(package[1])
+        out[top][1].update(re.findall(r"\b(\w+)\.py\b", line))
+    return out
+
+
+def test_readme_layout_block_matches_the_tree():
+    layout = readme_layout()
+    for top in layout:
+        if "*" not in top:
+            assert (ROOT / top).exists(), f"README's layout names {top}/, which does not exist"
+    for tree in ("trainables", "orchestrator"):
+        listed, files = layout[tree]
+        packages = {p.name for p in (ROOT / tree).iterdir() if (p / "__init__.py").is_file()}
+        assert listed == packages, (
+            f"README's layout lists {sorted(listed)} under {tree}/, the tree has {sorted(packages)}")
+        missing = {f for f in files if not (ROOT / tree / f"{f}.py").is_file()}
+        assert not missing, f"README's layout names {tree}/{sorted(missing)}.py, which do not exist"
+    modules = {p.stem for p in (ROOT / "trainables").glob("*.py")} - {"__init__"}
+    assert modules <= layout["trainables"][1], (
+        f"README's layout does not name trainables/{sorted(modules - layout['trainables'][1])}.py")
