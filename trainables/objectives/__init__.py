@@ -3,6 +3,7 @@
 - ``methods``: the method API (what a method declares: settings, needs, heads, terms) and the
   registry (built-ins, a user's file or module, installed packages' entry points).
 - ``core``: pieces every method shares (cosines, ArcSim margins, InfoNCE, threshold filter).
+- ``grounding``: MCSE-style grounding (terms, settings, heads, store checks), MCSE's and KDMCSE's.
 - ``simcse``, ``mcse``, ``kdmcse``, ``dalr``: the built-in methods, each its settings (defaults =
   the official code's values), needs, heads and terms as pure functions.
 - ``composition``: ``compute_objective`` for any method, and ``ObjectiveConfig``, the flat config
@@ -46,7 +47,8 @@ from trainables.objectives.dalr import (
     kl_distillation_loss,
     listmle_loss,
 )
-from trainables.objectives.kdmcse import KDMCSESettings, kdmcse_grounding_terms, masked_fraction
+from trainables.objectives.grounding import kdmcse_grounding_terms, masked_fraction
+from trainables.objectives.kdmcse import KDMCSESettings
 from trainables.objectives.mcse import MCSESettings
 from trainables.objectives.methods import (
     Head,

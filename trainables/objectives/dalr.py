@@ -33,7 +33,7 @@ from trainables.objectives.core import (
     frozen_cosine,
     no_autocast,
 )
-from trainables.objectives.kdmcse import margin_settings
+from trainables.objectives.grounding import margin_settings
 from trainables.objectives.methods import (
     ANGLE,
     Head,

@@ -2,8 +2,8 @@
 
 total = text + lam * inter on a caption batch, inter = L_MM (docs/official-code.md §4.2): the
 grounding head's p1, p2 against the image head's v, plain InfoNCE, the two views averaged as in
-the code (summed with ``paper_reading``, MCSE's l^M). The settings are KDMCSE's
-(:class:`~trainables.objectives.kdmcse.GroundingSettings`) at MCSE's values: no margins, no
+the code (summed with ``paper_reading``, MCSE's l^M). The settings are the shared grounding's
+(:class:`~trainables.objectives.grounding.GroundingSettings`) at MCSE's values: no margins, no
 CLIP-text term, no filter; each may be switched on (KDMCSE Table 5 adds L_t to MCSE).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainables.objectives.kdmcse import (
+from trainables.objectives.grounding import (
     GroundingSettings,
     check_grounding_store,
     describe_grounding,

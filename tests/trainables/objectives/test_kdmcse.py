@@ -17,7 +17,7 @@ from tests.trainables.objectives.references import (
     rows,
 )
 from trainables.objectives.core import mcse_grounding_loss
-from trainables.objectives.kdmcse import kdmcse_grounding_terms
+from trainables.objectives.grounding import kdmcse_grounding_terms
 
 
 @pytest.mark.parametrize("threshold_on", ["dot", "cosine"])
