@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.objectives.dalr import ALIGN_DIM
 from trainables.objectives.methods import TWO_VIEWS, Head, StudentOutputs
 
 BUILTIN_HEADS = ("grounding", "image_head", "clip_text_head", "text_aligner", "image_aligner")
@@ -46,8 +45,9 @@ def simcse_mlp(hidden: int, initializer_range: float = 0.02) -> nn.Sequential:
     return mlp
 
 
-def aligner(d_in: int, shared: int, d_out: int = ALIGN_DIM) -> nn.Sequential:
-    """DALR aligner: Linear(d_in, shared) -> BN -> ReLU -> Linear(shared, d_out) -> BN -> ReLU.
+def aligner(d_in: int, shared: int, d_out: int) -> nn.Sequential:
+    """DALR aligner: Linear(d_in, shared) -> BN -> ReLU -> Linear(shared, d_out) -> BN -> ReLU
+    (d_out is the method's to declare: DALR's 256, ``objectives.dalr.ALIGN_DIM``).
 
     The official code has shared_dim = 768 = h = CLIP ViT-L/14 dim for both aligners; for other
     dims the image aligner maps image_dim -> h so both branches share the same hidden width.
