@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from trainables.config.run_config import RunConfig
@@ -116,8 +115,3 @@ def slug(key: str) -> str:
 def pad_to(x: torch.Tensor, rows: int, cols: int, value: int) -> torch.Tensor:
     """(n, l) -> (rows, cols), new rows and columns filled with ``value``."""
     return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]), value=value)
-
-
-def as_indices(indices: np.ndarray, rank: int, world: int) -> np.ndarray:
-    """This worker's share of a batch (DDP: in-batch negatives are per worker)."""
-    return indices[rank::world]

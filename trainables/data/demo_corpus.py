@@ -61,7 +61,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -431,8 +431,3 @@ def _valid(corpus: DemoCorpus, cfg: dict) -> bool:
     except (OSError, ValueError):
         return False
     return ok and corpus.text_file.is_file() and corpus.pairs_store.is_file() and corpus.senteval_dir.is_dir()
-
-
-def as_dict(corpus: DemoCorpus) -> dict[str, str]:
-    """Paths as strings (for logging / run configs)."""
-    return {k: str(v) for k, v in asdict(corpus).items()}

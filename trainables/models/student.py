@@ -272,15 +272,6 @@ class Student(MethodHeads):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for _, p in self.named_trainable_parameters()]
 
-    def parameter_groups(self, weight_decay: float = 0.0) -> list[dict]:
-        """AdamW groups as the official ``train_mix.py``: no decay on biases and LayerNorm weights."""
-        decay, no_decay = [], []
-        for name, p in self.named_trainable_parameters():
-            (no_decay if name.endswith("bias") or "LayerNorm.weight" in name else decay).append(p)
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        return [g for g in groups if g["params"]]
-
     # ----------------------------------------------------------------------------- evaluation
     @contextlib.contextmanager
     def _eval_mode(self) -> Iterator[None]:

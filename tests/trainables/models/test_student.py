@@ -192,11 +192,6 @@ def test_trainable_parameters_cover_what_gets_gradients(tiny_bert):
     sum(x.sum() for x in (out.z1, out.z2, out.p1, out.v, out.text_aligned, out.image_aligned)).backward()
     for n, p in names.items():
         assert p.grad is not None, n
-    groups = s.parameter_groups(weight_decay=0.01)
-    grouped = [id(p) for g in groups for p in g["params"]]
-    assert sorted(grouped) == sorted(id(p) for p in names.values())
-    assert all(n.endswith("bias") or "LayerNorm.weight" in n
-               for n, p in names.items() if any(p is q for q in groups[1]["params"]))
 
 
 @pytest.mark.parametrize("fixture", ["tiny_bert", "tiny_roberta"])
