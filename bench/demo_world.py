@@ -13,7 +13,7 @@ the demo profile (a cell's seeds train together as one array), one process,
   five, one dev evaluation and the final seven-task evaluation, and the compute of one run.
 - ``positive``: SimCSE against MCSE over ``--seeds`` (paired t-test): the positive control.
 - ``negative``: MCSE against MCSE on disjoint seeds (``--seeds`` + 100): the negative control.
-- ``table3``: the cells of ``search_spaces/table3.py`` over ``--seeds``, paired t-tests against
+- ``table3``: the cells of ``search_spaces/kdmcse_table3.py`` (the grid ``table3``) over ``--seeds``, paired t-tests against
   MCSE with Holm's adjustment, and whether any two cells are identical on every seed.
 - ``shuffle``: MCSE with ``data.shuffle_images`` (each caption grounded on another image).
 - ``recipe`` (only when named): why the DEMO profile's lr and lam. MCSE at lam 0.01 and 0.1, and

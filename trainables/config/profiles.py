@@ -164,7 +164,7 @@ def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
 def build_config(
     profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
 ) -> RunConfig:
-    """Profile, then the method's recipe (``DEMO_RECIPES`` or ``PAPER_RECIPES``), then overrides.
+    """The method's recipe (``DEMO_RECIPES`` or ``PAPER_RECIPES``), then the profile, then overrides.
 
     ``teachers`` (and ``teacher_alpha``) in the overrides name a DALR text-teacher combination
     symbolically ('simcse+rankcse'), resolved by :func:`teacher_overrides` for this profile.
@@ -182,8 +182,9 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     from ``RunConfig()``'s field default, the layer that set it (``--dry-run --explain``).
 
     Layers, lowest first: the field default, the method's own default (its settings class), the
-    profile, the method's recipe on that profile, then ``layers`` in order. A profile serves every
-    method: its ``objective.*`` settings that the run's method does not have are left out.
+    method's recipe on that profile, the profile itself (a setting the profile names wins over the
+    recipe), then ``layers`` in order. A profile serves every method: its ``objective.*`` settings
+    that the run's method does not have are left out.
     """
     name, prof, layer_of = profile_layers(profile)
     for _, values in layers:

@@ -224,7 +224,7 @@ class Student(MethodHeads):
 
     # ----------------------------------------------------------------------------- training
     def _cls(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        # token_type_ids are never passed, as in the official forward (§0.1); the first token's
+        # token_type_ids are never passed, as in the official forward (docs/official-code.md §2.1); the first token's
         # state is the embedding for every architecture (DistilBERT has no pooler to use instead).
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         return out.last_hidden_state[:, 0]
