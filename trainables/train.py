@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import shutil
 import sys
 import tempfile
@@ -40,9 +39,8 @@ def _stop_if_orphaned(owner: str | None) -> None:
     if not owner:
         return
     import ray
-    from ray.train.v2._internal.execution.context import get_train_context
 
-    from trainables.runtime.ray_env import private_state_api
+    from trainables.runtime.ray_env import private_state_api, train_controller
 
     api = private_state_api()
     if api is None:
@@ -54,7 +52,7 @@ def _stop_if_orphaned(owner: str | None) -> None:
     if dead:
         # Kill the controller, then free this run's placement group: it outlives its creator and
         # would hold the CPUs/GPUs for the rest of the session. Removing it also ends this worker.
-        ray.kill(get_train_context().controller_actor, no_restart=True)
+        ray.kill(train_controller(), no_restart=True)
         pg = ray.util.get_current_placement_group()
         if pg is not None:
             ray.util.remove_placement_group(pg)
@@ -72,16 +70,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train worker entry: build the array, resume from Ray's checkpoint, run, report."""
     import ray.train
     import ray.train.torch
-
-    # Train echoes every report at INFO through this logger; the run prints its own progress.
-    import ray.train.v2._internal.execution.context as train_context
     import torch
 
     from trainables.arrays.members import slug
     from trainables.arrays.trainer import ArrayTrainer, read_final, write_final
     from trainables.objectives.methods import ensure_methods
+    from trainables.runtime.ray_env import quiet_train_reports
 
-    train_context.logger.setLevel(logging.WARNING)  # named by __file__, not a dotted name
+    quiet_train_reports()
     owner = config.get("owner")
     _stop_if_orphaned(owner)
     # Ray sets threads from the (fractional) CPU request; use the whole CPUs the trial asked for.

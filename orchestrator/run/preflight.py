@@ -76,7 +76,7 @@ def check_storage(storage: str) -> str:
 def check_models(members: Sequence[RunPlan]) -> str:
     """Every encoder and text teacher a member loads is a model folder or a cached hub name."""
     from trainables.models.pretrained import resolve_encoder
-    from trainables.models.student import _loadable_source
+    from trainables.models.student import loadable_source
 
     names: dict[str, tuple[str, str]] = {}
     for m in members:
@@ -86,7 +86,7 @@ def check_models(members: Sequence[RunPlan]) -> str:
                 names.setdefault(t, (f"cell {m.cell!r}: text teacher", m.run.data.cache_dir))
     for name, (what, cache) in names.items():
         try:
-            _loadable_source(resolve_encoder(name, cache))
+            loadable_source(resolve_encoder(name, cache))
         except (OSError, ValueError) as e:
             raise ValueError(f"{what} {e}") from None
     return f"models: {len(names)} encoder/teacher folder(s) found"

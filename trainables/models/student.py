@@ -151,7 +151,7 @@ def _hub_offline() -> bool:
     return env or bool(constants.HF_HUB_OFFLINE)
 
 
-def _loadable_source(name: str) -> str:
+def loadable_source(name: str) -> str:
     """A loadable local folder or cached hub name, else one clear ``OSError`` line."""
     from transformers import AutoConfig
 
@@ -188,7 +188,7 @@ class Student(MethodHeads):
     def __init__(self, config: StudentConfig):
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        source = _loadable_source(config.encoder)
+        source = loadable_source(config.encoder)
         model_type = AutoConfig.from_pretrained(source).model_type
         hf_config = AutoConfig.from_pretrained(source, **dropout_overrides(
             model_type, config.hidden_dropout, config.attention_dropout))

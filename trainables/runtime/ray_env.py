@@ -214,3 +214,23 @@ def private_state_api() -> tuple[Callable[[], list[bytes]], Callable[[str], str 
         return actors(actor_id=actor_hex).get("State") or None
 
     return rows, actor_state
+
+
+# Ray Train V2 has no public accessor for these in Ray 2.60: they are read from its private
+# ``ray.train.v2._internal.execution.context`` here and nowhere else, and
+# tests/trainables/runtime/test_private_apis.py fails if a Ray upgrade moves them.
+def train_controller():
+    """The controller actor of the Ray Train run this worker belongs to."""
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    return get_train_context().controller_actor
+
+
+def quiet_train_reports() -> None:
+    """Train V2 echoes every report at INFO through its context module's logger (named by file,
+    not by a dotted name); the run prints its own progress, so only warnings are let through."""
+    import logging
+
+    import ray.train.v2._internal.execution.context as train_context
+
+    train_context.logger.setLevel(logging.WARNING)
