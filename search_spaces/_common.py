@@ -7,9 +7,6 @@ filtering" as an ablation, so the published KDMCSE rows are the filtered model.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from orchestrator.spec.grids import STS_COLUMNS
 
 SIMCSE = {"objective.method": "simcse"}
@@ -36,8 +33,7 @@ MAIN_BERT_FLICKR = {
 
 # Settings of the other rows of the papers' tables. They name their own data or encoder, so the
 # demo profile (which replaces both) refuses them at once rather than run them on its own world.
-_DATA = Path(os.environ.get("MMEMB_DATA", "data"))
-COCO = {"data.pairs": str(_DATA / "coco_clip_vitl14.parquet")}
+COCO = {"data.pairs": "$MMEMB_DATA/coco_clip_vitl14.parquet"}  # read when the config is built
 """wiki+coco: Wiki1M with COCO captions and CLIP ViT-L/14 features instead of Flickr30k"""
 ROBERTA = {"encoder": "roberta-base", "lr": 1e-5, "batch_size": 128}
 """RoBERTa-base rows: the papers' RoBERTa recipe (lr 1e-5, batch 128)"""

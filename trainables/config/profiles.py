@@ -65,8 +65,26 @@ PAPER_STORES = {"mcse": MCSE_STORE}
 another store (one store for every cell: a controlled comparison, said in the report)"""
 
 
+DATA_ROOT = "$MMEMB_DATA"
+"""a data path (``data.text``, ``data.pairs``, ``data.senteval``) may start with it: a grid names
+``$MMEMB_DATA/coco_clip_vitl14.parquet``, and the folder is read when a config is built, not when
+the grid is imported"""
+
+
+def data_root() -> Path:
+    """The folder of the paper's data: ``$MMEMB_DATA`` now, else ``./data``."""
+    return Path(os.environ.get("MMEMB_DATA", "data"))
+
+
+def expand_data_root(path: str) -> str:
+    """``$MMEMB_DATA/x`` -> ``<data_root()>/x``; any other path is returned unchanged."""
+    if path == DATA_ROOT or path.startswith(DATA_ROOT + "/"):
+        return str(data_root() / path[len(DATA_ROOT):].lstrip("/"))
+    return path
+
+
 def paper_profile() -> dict[str, Any]:
-    root = Path(os.environ.get("MMEMB_DATA", "data"))
+    root = data_root()
     return {
         "encoder": "bert-base-uncased",
         "data.text": str(root / "wiki1m_for_simcse.txt"),
@@ -223,7 +241,7 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
     for key in ("data.text", "data.pairs", "data.senteval"):
         if isinstance(merged.get(key), str):
-            merged[key] = str(Path(merged[key]).expanduser().resolve())
+            merged[key] = str(Path(expand_data_root(merged[key])).expanduser().resolve())
     # The method's settings hold its values, so the hash, MLflow's params and the run all see the
     # same numbers (an explicit 0.15 margin and KDMCSE's default are one config).
     cfg = RunConfig().with_overrides(merged)
@@ -265,7 +283,7 @@ def teacher_overrides(combo: str, alpha: float = DEFAULT_ALPHA, demo: bool = Fal
     if demo:
         paths = [MINILM] * len(names)
     else:
-        root = Path(os.environ.get("MMEMB_DATA", "data")) / "teachers"
+        root = data_root() / "teachers"
         paths = [str(root / TEACHER_DIRS[n]) for n in names]
     weights = [1.0] if len(names) == 1 else [alpha, round(1.0 - alpha, 10)]
     return {"text_teachers": paths, "objective.teacher_weights": weights}

@@ -3,6 +3,8 @@ and DALR's teacher weights (DALR Table 9; docs/official-code.md for the 0.33 / 0
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainables.config.profiles import (
@@ -112,3 +114,15 @@ def test_a_bad_base_names_the_file_and_the_fix(tmp_path, text, message):
     with pytest.raises(ValueError, match="config file .*me.yaml: ") as e:
         profile_overrides(str(me))
     assert message.format(d=tmp_path) in str(e.value)
+
+
+def test_a_grid_data_path_reads_mmemb_data_when_the_config_is_built(monkeypatch, tmp_path):
+    from search_spaces._common import COCO
+
+    for root in (tmp_path / "a", tmp_path / "b"):  # the grid module is imported once, before either
+        monkeypatch.setenv("MMEMB_DATA", str(root))
+        cfg = build_config("paper", overrides={"objective.method": "mcse", **COCO})
+        assert cfg.data.pairs == str((root / "coco_clip_vitl14.parquet").resolve())
+    monkeypatch.delenv("MMEMB_DATA")
+    cfg = build_config("paper", overrides={"objective.method": "mcse", **COCO})
+    assert cfg.data.pairs == str(Path("data/coco_clip_vitl14.parquet").resolve())
