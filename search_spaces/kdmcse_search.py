@@ -1,7 +1,7 @@
 """KDMCSE search: AdapACSE margin, threshold filter (value or off) and lambda (log), vs MCSE.
 
 Lambda is searched relative to the profile's own value (a tenth to ten times it): 0.001-0.1
-around the code's 0.01 on the paper profile, 0.1-10 around the demo's 1.0 (``DEMO_RECIPES``), so
+around the code's 0.01 on the paper profile, 0.1-10 around the demo's 1.0 (the method's demo recipe), so
 the range holds the lambda the baseline trains with. The search starts from KDMCSE as the profile
 trains it (``start``), so its winner is selected against that configuration.
 """

@@ -37,22 +37,8 @@ DEMO: dict[str, Any] = {
     "lr": 5e-4,
     "eval_batch_size": 64,
 }
-# Grounding weight on the demo (paper 0.01): in 60 steps MCSE at lam 0.01 ends below text-only
-# SimCSE, at 1.0 far above it (bench/README.md, "demo_world.py"). Same value for MCSE and KDMCSE,
-# as in the paper; DALR keeps its own lam (0.1).
-DEMO_RECIPES: dict[str, dict[str, Any]] = {
-    "mcse": {"objective.lam": 1.0},
-    "kdmcse": {"objective.lam": 1.0},
-}
-
-# Official scripts, BERT-base wiki+flickr (docs/official-code.md §4.4, §5.6, §6.5); paper data under $MMEMB_DATA.
-# A method of your own states its recipes itself (``Method.recipes``, docs/methods.md).
-PAPER_RECIPES: dict[str, dict[str, Any]] = {
-    "simcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
-    "mcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
-    "kdmcse": {"lr": 3e-5, "batch_size": 64, "epochs": 3},
-    "dalr": {"lr": 2e-5, "batch_size": 128, "epochs": 4},
-}
+# What each method sets on the demo or the paper profile (its recipe) is the method's own
+# ``recipes`` (built-ins and plug-ins alike; docs/methods.md).
 PAPER_STORE = "flickr30k_clip_vitl14.parquet"
 """KDMCSE's and DALR's Flickr30k: the CLIP ViT-L/14 JSON, every caption of every image (158,915
 pairs; ``python -m trainables.convert clip-json``), docs/official-code.md §5.5"""
@@ -144,10 +130,8 @@ def profile_layers(profile: str | None, seen: tuple[Path, ...] = ()
 
 
 def recipe(method: str, demo: bool) -> dict[str, Any]:
-    """What ``method`` sets on the demo or the paper profile: the tables above, then the
-    method's own ``recipes``."""
-    table = DEMO_RECIPES if demo else PAPER_RECIPES
-    return {**table.get(method, {}), **get(method).recipes.get("demo" if demo else "paper", {})}
+    """What ``method`` sets on the demo or the paper profile: its ``recipes``."""
+    return dict(get(method).recipes.get("demo" if demo else "paper", {}))
 
 
 def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
@@ -182,7 +166,7 @@ def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
 def build_config(
     profile: str | None, method: str | None = None, overrides: dict[str, Any] | None = None
 ) -> RunConfig:
-    """The method's recipe (``DEMO_RECIPES`` or ``PAPER_RECIPES``), then the profile, then overrides.
+    """The method's recipe (its ``recipes``), then the profile, then overrides.
 
     ``teachers`` (and ``teacher_alpha``) in the overrides name a DALR text-teacher combination
     symbolically ('simcse+rankcse'), resolved by :func:`teacher_overrides` for this profile.

@@ -441,6 +441,8 @@ class DALR(Method):
     name = "dalr"
     settings = DALRSettings
     defaults_from = "official code"
+    # the official scripts (docs/official-code.md §6.5); on the demo DALR keeps its own lam (0.1)
+    recipes = {"paper": {"lr": 2e-5, "batch_size": 128, "epochs": 4}}
 
     def needs(self, s: DALRSettings) -> Needs:
         teachers = s.use_cma or s.use_ima or s.use_rank or s.use_g2l

@@ -47,6 +47,9 @@ class KDMCSE(Method):
     name = "kdmcse"
     settings = KDMCSESettings
     defaults_from = "official code"
+    # the official scripts (docs/official-code.md §5.6); on the demo, MCSE's grounding weight, as in
+    # the paper (the same lam for both)
+    recipes = {"paper": {"lr": 3e-5, "batch_size": 64, "epochs": 3}, "demo": {"objective.lam": 1.0}}
 
     def needs(self, s: KDMCSESettings) -> Needs:
         return Needs(image=True, clip_text=s.clip_text_term)

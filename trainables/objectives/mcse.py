@@ -54,6 +54,10 @@ class MCSE(Method):
     name = "mcse"
     settings = MCSESettings
     defaults_from = "official code"
+    # paper: the official scripts, BERT-base wiki+flickr (docs/official-code.md §4.4). demo: its
+    # grounding weight (paper 0.01): in the demo's 60 steps MCSE at lam 0.01 ends below text-only
+    # SimCSE, at 1.0 far above it (bench/README.md, "demo_world.py").
+    recipes = {"paper": {"lr": 3e-5, "batch_size": 64, "epochs": 3}, "demo": {"objective.lam": 1.0}}
 
     def needs(self, s: MCSESettings) -> Needs:
         return Needs(image=True, clip_text=s.clip_text_term)

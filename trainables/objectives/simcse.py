@@ -27,6 +27,7 @@ class SimCSE(Method):
     name = "simcse"
     settings = SimCSESettings
     defaults_from = "official code"
+    recipes = {"paper": {"lr": 3e-5, "batch_size": 64, "epochs": 3}}  # as MCSE's scripts train it
 
     def needs(self, s: SimCSESettings) -> Needs:
         return Needs(captions=False, image=False)

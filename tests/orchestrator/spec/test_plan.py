@@ -28,7 +28,7 @@ def test_members_carry_resolved_objectives_so_explicit_defaults_hash_the_same():
     kd = {m.key: m for m in ms}
     assert kd["kdmcse/seed-0"].run.objective.grounding_margin == 0.15  # not None
     assert kd["kdmcse/seed-0"].config_hash == kd["kd-m-0.15/seed-0"].config_hash
-    assert kd["mcse/seed-0"].run.objective.lam == 1.0  # the demo recipe (profiles.DEMO_RECIPES)
+    assert kd["mcse/seed-0"].run.objective.lam == 1.0  # the demo recipe (MCSE.recipes)
     with pytest.raises(dataclasses.FrozenInstanceError):
         kd["mcse/seed-0"].seed = 3  # type: ignore[misc]
 
