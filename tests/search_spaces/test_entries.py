@@ -19,7 +19,13 @@ from orchestrator.spec.grids import STS_COLUMNS, expand
 from orchestrator.spec.registry import load_grid, load_space, names
 from orchestrator.spec.spaces import define_on, params_to_overrides
 from orchestrator.spec.validate import validate_grid, validate_space
-from trainables.config.profiles import DEFAULT_ALPHA, MCSE_STORE, PAPER_STORE, TEACHER_DIRS, build_config
+from trainables.config.profiles import (
+    DEFAULT_ALPHA,
+    MCSE_STORE,
+    PAPER_STORE,
+    TEACHER_DIRS,
+    build_config,
+)
 from trainables.models.pretrained import MINILM
 
 PAPERS = Path(__file__).resolve().parents[2] / "docs" / "published-tables.md"
