@@ -264,7 +264,10 @@ class ArrayTrainer:
                     else contextlib.nullcontext())
         with autocast:
             with record_function("array/student"):
-                cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
+                # each member's rows (both views) and length, from its batch: no read-back
+                extents = ([2 * b.input_ids.shape[0] for _, b in batches],
+                           [b.attention_mask.shape[1] for _, b in batches])
+                cls = self.model.cls(ids, mask, [m.dropout for m in self.alive], extents)
                 z = self.model.mlp(cls)
             with record_function("array/teachers"):
                 teach = self._teacher_outputs(batches)

@@ -156,3 +156,43 @@ def test_a_method_vmap_cannot_run_falls_back_to_the_loop_once(tiny_bert, cache, 
     said = [ln for ln in capsys.readouterr().out.splitlines() if "one by one" in ln]
     assert len(said) == 1 and "'hostread'" in said[0]
     assert_same(alone, "me", (t, seen), "me")
+
+
+def test_the_step_reads_nothing_back_but_the_finite_check(tiny_bert, cache, monkeypatch):
+    """Dropout's per-member extents come from the batches' shapes (equal to what the mask says),
+    the teachers take a mask built ahead: within a step the host reads back only the finite check
+    (``_inspect``'s one ``tolist``)."""
+    from trainables.arrays import dropout
+    from trainables.arrays.model import ArrayModel
+
+    real_extents, real_cls = dropout.member_extents, ArrayModel.cls
+    seen, quiet = [], []
+
+    def cls(self, ids, mask, generators=None, extents=None):
+        if generators is not None:  # the read-back the step no longer does, for comparison
+            quiet.append(True)
+            seen.append((tuple(map(tuple, extents)), tuple(map(tuple, real_extents(mask)))))
+            quiet.clear()
+        return real_cls(self, ids, mask, generators, extents)
+
+    def no_read_back(*a, **kw):
+        raise AssertionError("the step read the members' extents back from the device")
+
+    reads = []
+    real_tolist = torch.Tensor.tolist
+
+    def counting_tolist(self):
+        if not quiet:
+            reads.append(tuple(self.shape))
+        return real_tolist(self)
+
+    monkeypatch.setattr(ArrayModel, "cls", cls)
+    monkeypatch.setattr(dropout, "member_extents", no_read_back)
+    t = ArrayTrainer([(m, cfg(tiny_bert, cache, m, seed=i, max_steps=STEPS, final_eval=False))
+                      for i, m in enumerate(("mcse", "dalr", "kdmcse"))])
+    t.model.train()
+    monkeypatch.setattr(torch.Tensor, "tolist", counting_tolist)
+    for _ in range(STEPS):
+        t.train_step()
+    assert len(seen) == STEPS and all(mine == read for mine, read in seen)
+    assert len(reads) == 2 * STEPS  # _inspect: the finite flags and the values, one sync
