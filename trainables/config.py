@@ -97,6 +97,11 @@ class RunConfig:
     """batch alternation: 'official' (every k-th step a pair batch) or 'proportional' (MCSE paper)"""
     precision: str = setting("auto", Choice(("auto", "bf16", "fp32")))
     """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32'"""
+    compile: str = setting("off", Choice(("off", "default", "graphs")))
+    """how an array's step runs: 'off' (eager), 'default' (the stacked encoder's forward and
+    backward through torch.compile), 'graphs' (the same, with CUDA graphs on CUDA:
+    mode='reduce-overhead', every step's batch padded to batch_size x max_length so each step has
+    one shape); how it runs, not what it computes: not in the config hash"""
     proj_dim: int = setting(256, count(1))
     adam_eps: float = setting(1e-6, POSITIVE)
     weight_decay: float = setting(0.0, NON_NEGATIVE)
@@ -130,10 +135,12 @@ class RunConfig:
         """Stable 12-hex hash of every field that shapes the result (seed included).
 
         ``data.cache_dir`` is left out: it says where derived files live, not what they are;
+        ``compile`` too: how the step runs;
         ``transfer`` is left out while off, so runs without it keep their earlier hashes.
         """
         d = self.to_dict()
         d["data"].pop("cache_dir")
+        d.pop("compile")  # how the step runs (eager or captured), not what it computes
         if d["transfer"] is None:  # off: the hash every run had before the setting existed
             d.pop("transfer")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

@@ -246,10 +246,18 @@ class StackedEncoder(nn.Module):
         """
         m = self.n_members
         n, length = check_inputs(input_ids, attention_mask, m, self.max_length)
-        x = self._embed(input_ids)
         masks = None
-        if generators is not None:
-            masks = self._draw(generators, attention_mask, n, length, x.device, extents)
+        if generators is not None:  # eager: each member's generator, its own extent
+            masks = self._draw(generators, attention_mask, n, length, input_ids.device, extents)
+        return self.encode(input_ids, attention_mask, masks)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               masks: dropout.DropMasks | None) -> torch.Tensor:
+        """The forward with the dropout masks drawn: pure tensor code, what ``compile``
+        (``trainables.arrays.capture``) hands to ``torch.compile``."""
+        n, length = attention_mask.shape[-2:]
+        x = self._embed(input_ids)
+        if masks is not None:
             x = dropout.apply(x, masks.embedding(), masks.hidden_scale)
         # Additive mask as HF's eager path: 0 keep, dtype min on padded keys; (M|1, N, 1, 1, L).
         keep = attention_mask.view(-1, n, 1, 1, length).bool()

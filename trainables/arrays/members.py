@@ -20,7 +20,7 @@ import torch
 from trainables.config import RunConfig
 
 SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
-                 "precision", "num_workers", "use_gpu", "final_eval")
+                 "precision", "num_workers", "use_gpu", "final_eval", "compile")
 """RunConfig fields every member of an array must share (the step count is checked as well)."""
 
 

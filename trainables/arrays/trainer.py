@@ -32,6 +32,7 @@ import torch
 from torch.profiler import record_function
 
 from trainables.arrays.batched import MethodGroups
+from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     MemberRecord,
@@ -141,6 +142,9 @@ class ArrayTrainer:
                                        getattr(encoder.hf_config, "initializer_range", 0.02)))
                 heads.append(MethodHeads(sc.heads))
         self.model = ArrayModel(encoder, mlps, heads).to(self.device)
+        uncaptured = capture(self.model.encoder, self.cfg.compile, self.device)
+        if uncaptured and rank == 0:
+            print(uncaptured, flush=True)
         self._build_teachers()
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
@@ -254,6 +258,8 @@ class ArrayTrainer:
         poisoned = maybe_inject(step, [m.record.config_hash for m in self.alive])
         rows = max(b.input_ids.shape[0] for _, b in batches)
         length = max(b.input_ids.shape[1] for _, b in batches)
+        if self.cfg.compile == "graphs":  # one shape at every step: what a CUDA graph replays
+            rows, length = max(rows, -(-self.cfg.batch_size // self.world)), self.cfg.max_length
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.stack([pad_to(b.input_ids, rows, length, pad) for _, b in batches])
         mask1 = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
