@@ -74,6 +74,20 @@ def _rows(js: Sequence[int]) -> slice | list[int]:
     return list(js)
 
 
+def _stacked_leaf(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The members' copies of one head parameter stacked, as a leaf of its own whose gradient is
+    handed to the members as views of it: no per-member gradient kernel (a stack's backward
+    would copy each member's slice into its ``.grad``)."""
+    stacked = torch.stack([p.detach() for p in params]).requires_grad_(params[0].requires_grad)
+    if stacked.requires_grad:
+        def hand_out(grad: torch.Tensor) -> None:
+            for p, g in zip(params, grad.unbind(0), strict=True):
+                p.grad = g if p.grad is None else p.grad + g
+
+        stacked.register_hook(hand_out)
+    return stacked
+
+
 class MethodGroups:
     """Computes every alive member's loss terms, a group of members of one method at a time."""
 
@@ -188,7 +202,7 @@ class MethodGroups:
                              for _ in range(draws)]) for m in members]).to(cls.device, non_blocking=True)
         heads = [tr.model.heads[j] for j in js]
         template = heads[0]
-        params = {k: torch.stack([dict(hd.named_parameters())[k] for hd in heads])
+        params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
                   for k, _ in template.named_parameters()}
         buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
                    for k, _ in template.named_buffers()}
