@@ -197,9 +197,12 @@ class MethodGroups:
         draws = m0.needs.permutations if pair else 0
         states = [m.listmle.get_state() for m in members] if draws else []
         if draws:  # as the loss would draw them: randperm(n) from the member's own stream
-            inputs["perms"] = torch.stack([
+            perms = torch.stack([
                 torch.stack([torch.randperm(n, generator=m.listmle, device=m.listmle.device)
-                             for _ in range(draws)]) for m in members]).to(cls.device, non_blocking=True)
+                             for _ in range(draws)]) for m in members])
+            if perms.device.type == "cpu" and cls.device.type == "cuda":
+                perms = perms.pin_memory()  # an asynchronous copy: the host does not wait
+            inputs["perms"] = perms.to(cls.device, non_blocking=True)
         heads = [tr.model.heads[j] for j in js]
         template = heads[0]
         params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
