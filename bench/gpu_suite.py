@@ -50,9 +50,11 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -304,6 +306,14 @@ def markdown(report: dict) -> str:
         f"{c['another seed']['max_abs_loss_diff']:.3g}; dev Spearman difference "
         f"{c['in an array of 5']['dev_diff']:.3g} (another seed {c['another seed']['dev_diff']:.3g}); "
         f"tolerance {ind['tolerance']['loss']}, {ind['tolerance']['dev_points']:g} dev points.")
+    arrays = {r["members"]: r["member_steps_per_s"] for r in report["rows"] if r["loop"] == "ours"}
+    for peer in report.get("peers", []):
+        n = peer["processes"]
+        beside = (f"; an array of {n}: {arrays[n]:.1f} ({arrays[n] / peer['member_steps_per_s']:.2f}x)"
+                  if n in arrays else "")
+        lines.append(f"- the peer a Tune user would run: {n} official-style runs as separate processes "
+                     f"sharing the device ({label(peer)}): **{peer['member_steps_per_s']:.1f} "
+                     f"member-steps/s** together{beside}")
     for target in report.get("targets", []):
         lines.append(f"- target (array of {target['members']}): MFU {100 * target['mfu']:.1f}% (>= 35%), "
                      f"{target['x_vs_1']:.2f}x its members one by one (>= 8x): "
@@ -315,9 +325,41 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ the peer
+def packed_official(bc: BenchConfig, n: int, workdir: Path, log: Callable[[str], None]) -> dict:
+    """What a Ray Tune user would run instead of an array: ``n`` official-style runs as separate
+    processes on the one device at once (fractional ``num_gpus``; CUDA MPS where its daemon runs),
+    their methods cycling as the arrays' do. Each process is ``bench/train_step.py --loops
+    official``; their summed member-steps/s is the figure to set beside an array of ``n``."""
+    methods = bc.mix(n)
+    procs = []
+    for i, m in enumerate(methods):
+        out = workdir / f"peer{n}_{i}.json"
+        cmd = [sys.executable, str(Path(__file__).with_name("train_step.py")), "--device", bc.device,
+               "--loops", "official", "--members", "1", "--methods", m,
+               "--batch-sizes", str(bc.batch_sizes[0]), "--max-length", str(bc.max_length),
+               "--kind", bc.kind, "--steps", str(bc.steps), "--warmup", str(bc.warmup),
+               "--windows", str(bc.windows), "--packed", str(n), "--json", str(out),
+               *(["--tiny"] if bc.tiny else [])]
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       text=True), out))
+    step_ms = []
+    for proc, out in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"a packed official-style run failed (exit {proc.returncode}): "
+                               f"{err.strip().splitlines()[-1] if err.strip() else 'no output'}")
+        rows = [r for r in json.loads(out.read_text())["results"] if r["loop"] == "official"]
+        step_ms.append(rows[0]["step_ms"])
+    total = sum(1e3 / ms for ms in step_ms)
+    log(f"packed   {n} official-style processes: {total:7.1f} member-steps/s together")
+    return {"processes": n, "methods": dict(Counter(methods)), "step_ms": step_ms,
+            "member_steps_per_s": total}
+
+
 # ------------------------------------------------------------------------------ the suite
 def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
-              budget_s: float | None = None, workdir: Path | None = None,
+              budget_s: float | None = None, workdir: Path | None = None, peers: Sequence[int] = (),
               log: Callable[[str], None] = lambda s: None) -> dict:
     t_start = time.perf_counter()
     peak = peak_flops(bc)[0]
@@ -369,6 +411,9 @@ def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
             rows.append(best)
         report["largest"] = info
         report["independence"] = part("independence", lambda: independence(bc, ws, data, independence_steps, log))
+        t = time.perf_counter()
+        report["peers"] = [packed_official(bc, n, Path(tmp), log) for n in peers]
+        timing["peers"] = time.perf_counter() - t
     add_speedups(rows)
     report["rows"] = rows
     report["parts"] = parts
@@ -407,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=None,
                    help="skip the largest-array search when it would end past this (default 450 on CUDA)")
     p.add_argument("--json", type=Path, default=None, help="write the report here (and the table beside it as .md)")
+    p.add_argument("--peers", nargs="*", type=int, default=None, metavar="N",
+                   help="also time N official-style runs as separate processes at once, summed "
+                        "(default 4 8 on CUDA, none on a CPU)")
     a = p.parse_args(argv)
     if a.device == "cuda" and not cuda:
         p.error("--device cuda but torch.cuda.is_available() is False; run on a CUDA machine or use --device cpu --tiny")
@@ -434,8 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(err))
     budget = a.budget_s if a.budget_s is not None else (450.0 if a.device == "cuda" else None)
     command = " ".join(["python", "bench/gpu_suite.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    peers = a.peers if a.peers is not None else ([4, 8] if a.device == "cuda" else [])
+    if any(n < 1 for n in peers):
+        p.error("--peers lists process counts >= 1")
     report = run_suite(bc, command, independence_steps=a.independence_steps, budget_s=budget,
-                       log=lambda s: print(s, file=sys.stderr, flush=True))
+                       peers=peers, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(report["markdown"])
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

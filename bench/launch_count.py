@@ -71,9 +71,11 @@ NO_KERNEL = frozenset(f"aten::{n}" for n in (
     "unflatten", "flatten", "diagonal", "empty", "empty_like", "empty_strided", "resize_", "set_",
     "to", "contiguous", "result_type", "promote_types", "scalar_tensor", "resolve_conj",
     "resolve_neg", "_has_compatible_shallow_copy_type", "size", "stride", "numel", "dim",
-    "is_floating_point", "is_complex", "_nested_tensor_from_mask_left_aligned"))
+    "is_floating_point", "is_complex", "_nested_tensor_from_mask_left_aligned",
+    "dropout"))
 """operators that launch nothing themselves: views, metadata, allocations (a ``to`` or
-``contiguous`` that copies shows its ``_to_copy``/``copy_``/``clone`` child, which counts)"""
+``contiguous`` that copies shows its ``_to_copy``/``copy_``/``clone`` child, which counts; so does
+a ``dropout`` in train mode, while in eval mode, as in the frozen teachers, it returns its input)"""
 FRAME = re.compile(r"(?:^|/)(trainables|bench)/([\w/]+)\.py\(\d+\): (\w+)")
 PHASES = ("data", "batch assembly", "dropout draws", "encoder", "teachers", "heads + objective",
           "finite check", "bookkeeping", "optimizer", "other")
@@ -89,7 +91,7 @@ def phase_of_frame(pkg: str, path: str, func: str) -> str | None:
         return "encoder" if func == "apply" else "dropout draws"
     if path in ("arrays/encoder", "arrays/model"):
         return "encoder"
-    if path == "heads" or path.startswith("objectives/"):
+    if path in ("heads", "arrays/batched") or path.startswith("objectives/"):
         return "heads + objective"
     if path == "teachers":
         return "teachers"

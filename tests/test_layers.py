@@ -31,7 +31,7 @@ HEAVY = ("torch", "ray", "mlflow", "optuna")
 
 def _layer(module: str) -> str:
     """'orchestrator.run.campaign' -> 'run'; a command ('orchestrator.ablate') -> 'commands';
-    'trainables.data.store' -> 'trainables.data'; 'trainables.train' -> 'trainables.commands'."""
+    'trainables.data.store' -> 'trainables.data.batches'; 'trainables.train' -> 'trainables.commands'."""
     parts = module.split(".")
     if parts[0] == "trainables" and len(parts) > 1:
         return f"trainables.{parts[1] if parts[1] in TRAINABLES else 'commands'}"

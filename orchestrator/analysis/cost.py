@@ -29,6 +29,7 @@ check current pricing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -177,15 +178,32 @@ class Measured:
     source: str
     device: str
     rates: Mapping[int, float]
-    """array size -> member-steps per second, the dev evaluation amortised"""
+    """array size -> member-steps per second, the dev evaluation amortised (arrays of 1: the
+    mean step time of the report's arrays of 1, one a method)"""
     flops_per_member_step: float
     """the report's FLOPs per member-step (students only, as bench/train_step.py counts them)"""
     date: str = ""
+    mfus: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    """array size -> the MFU the report measured for it (where it states one)"""
 
-    def rate(self, members: int) -> float:
-        """Member-steps/s of the measured array size nearest below ``members`` (or the smallest)."""
+    def rate(self, members: int) -> float | None:
+        """Member-steps/s of an array of ``members``: the measured one, or between two measured
+        sizes the step time interpolated linearly in M (an array's step is a fixed part plus a
+        part per member); None outside the measured sizes: never a rate borrowed from another
+        size (an array of 1 is about half as fast per member as one of 5)."""
+        if members in self.rates:
+            return self.rates[members]
+        below = [m for m in self.rates if m < members]
+        above = [m for m in self.rates if m > members]
+        if not below or not above:
+            return None
+        a, b = max(below), min(above)
+        ta, tb = a / self.rates[a], b / self.rates[b]  # seconds per array step
+        return members / (ta + (members - a) * (tb - ta) / (b - a))
+
+    def span(self) -> str:
         sizes = sorted(self.rates)
-        return self.rates[max([s for s in sizes if s <= members], default=sizes[0])]
+        return f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
 
 
 def gpu_of(device_name: str) -> str | None:
@@ -204,15 +222,32 @@ def read_measured(path: str | Path) -> Measured:
     try:
         r = json.loads(Path(path).read_text())
         rows = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] > 1]
+        ones = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] == 1]
         device = r["env"]["device"]
         rates = {int(x["members"]): x["members"] * x["steps_per_s_with_eval"] for x in rows}
+        mfus = {int(x["members"]): float(x["mfu"]) for x in rows if x.get("mfu")}
         per = sum(x["flops_per_step"] / x["members"] for x in rows) / max(1, len(rows))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if ones:  # one array of 1 a method: a mixed plan's array of 1 at their mean step time
+            rates[1] = len(ones) / sum(1.0 / x["steps_per_s_with_eval"] for x in ones)
+            if all(x.get("mfu") for x in ones):
+                mfus[1] = sum(float(x["mfu"]) for x in ones) / len(ones)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
         raise ValueError(f"--rates {path}: not a report of bench/gpu_suite.py --json "
                          f"({e.__class__.__name__}: {e}); pass the file that command wrote") from None
     if not rows:
         raise ValueError(f"--rates {path}: the report has no array of 2 or more members")
-    return Measured(str(path), device, rates, per, str(r.get("date", "")))
+    return Measured(str(path), device, rates, per, str(r.get("date", "")), mfus)
+
+
+def last_array_mfu(reports: Iterable[Measured]) -> str | None:
+    """'8.7% (an array of 20 on NVIDIA H200, bench/rates/h200.json, 2026-11-26)': the MFU of the
+    largest array of the newest report that states one; None without such a report."""
+    withmfu = [m for m in reports if m.mfus]
+    if not withmfu:
+        return None
+    m = max(withmfu, key=lambda r: r.date)
+    size = max(m.mfus)
+    return f"{m.mfus[size]:.1%} (an array of {size} on {m.device}, {m.source}, {m.date})"
 
 
 def measured_for(gpu: str, reports: Iterable[Measured]) -> Measured | None:
@@ -270,8 +305,8 @@ class Estimate:
 def array_seconds(members: Sequence[Member], gpu: Gpu, mfu: float, measured: Measured | None) -> float:
     """One array's time on one whole GPU: its member-steps at the measured rate (scaled by FLOPs)
     and its test evaluations at the same FLOP rate, or everything at ``mfu`` of the peak."""
-    if measured is not None:
-        rate = measured.rate(len(members))  # member-steps/s at the measured shapes
+    rate = measured.rate(len(members)) if measured is not None else None
+    if rate is not None:  # member-steps/s at the measured shapes
         flops_per_s = rate * measured.flops_per_member_step
         return sum(m.steps * train_flops(m) / flops_per_s
                    + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
@@ -329,15 +364,32 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         warnings.append(f"an array of {worst.members} needs about {worst.memory_bytes / 2**30:.0f} GiB "
                         f"(estimate), more than the {per_gpu / 2**30:.0f} GiB of {where}: "
                         f"use --array-size {fit}")
+    sizes = sorted({len(ms) for ms in arrays})
+    known = [n for n in sizes if mine is not None and mine.rate(n) is not None]
+    unknown = [n for n in sizes if n not in known]
+    assumed = (f"FLOPs at {mfu:.0%} MFU of the {gpu}'s {g.peak_tflops:g} TFLOP/s dense bf16 peak "
+               f"({g.source}), an assumed MFU")
+    last = last_array_mfu(measured)
+    last = (f"; arrays were last measured at {last} MFU" if last is not None
+            else "; no array's MFU has been measured")
+    rated = ""
     if mine is not None:
-        basis = (f"measured on {mine.device} ({mine.source}, {mine.date}): arrays of "
+        rated = (f"measured on {mine.device} ({mine.source}, {mine.date}): arrays of "
                  f"{', '.join(map(str, sorted(mine.rates)))} members at "
                  f"{', '.join(f'{v:.1f}' for _, v in sorted(mine.rates.items()))} member-steps/s with "
-                 "the dev evaluation, scaled by FLOPs to each run's shapes")
+                 "the dev evaluation")
+    if mine is not None and not unknown:
+        between = [n for n in known if n not in mine.rates]
+        basis = rated + (f", the arrays of {', '.join(map(str, between))} interpolated between the "
+                         "measured sizes" if between else "") + "; scaled by FLOPs to each run's shapes"
+    elif mine is not None:
+        basis = (f"{assumed} for the arrays of {', '.join(map(str, unknown))} members, which no "
+                 f"measurement covers (measured: arrays of {mine.span()} members; a rate is never "
+                 f"borrowed from another size){last}"
+                 + (f"; the arrays of {', '.join(map(str, known))}: " + rated if known else ""))
     else:
-        basis = (f"FLOPs at {mfu:.0%} MFU of the {gpu}'s {g.peak_tflops:g} TFLOP/s dense bf16 peak "
-                 f"({g.source}); no measured rate for the {gpu} (bench/gpu_suite.py --json FILE "
-                 "measures one, --rates FILE uses it)")
+        basis = (f"{assumed}; no measured rate for the {gpu} (bench/gpu_suite.py --json FILE "
+                 f"measures one, --rates FILE uses it){last}")
     rows = []
     for inst in INSTANCES:
         if inst.gpu is None:
@@ -347,11 +399,12 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         w = makespan([s / gpus_per_trial for s in secs], lanes)
         nodes = max(1, math.ceil(lanes * gpus_per_trial / inst.gpus - 1e-9))
         usd = w / 3600.0 * (nodes * inst.usd_per_hour + HEAD.usd_per_hour)
+        covered = im is not None and all(im.rate(n) is not None for n in sizes)
         rows.append(PriceRow(inst, sum(secs) / 3600.0, w / 3600.0, nodes, usd,
-                             "measured" if im is not None else f"FLOPs at {mfu:.0%} MFU",
+                             "measured" if covered else f"FLOPs at {mfu:.0%} MFU",
                              fits(costs, ig, gpus_per_trial)))
-    return Estimate(g, gpus_per_trial, lanes, mfu, basis, mine is not None, costs, wall, tuple(rows),
-                    tuple(warnings))
+    return Estimate(g, gpus_per_trial, lanes, mfu, basis, mine is not None and not unknown, costs,
+                    wall, tuple(rows), tuple(warnings))
 
 
 def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:

@@ -93,6 +93,24 @@ def test_the_cost_estimate_reads_the_report(suite):
     proc, out = suite
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = read_measured(out)
-    rows = {x["members"]: x for x in json.loads(out.read_text())["rows"] if x["loop"] == "ours"}
-    assert m.rates == pytest.approx({k: k * rows[k]["steps_per_s_with_eval"] for k in (5, 20)})
+    ours = [x for x in json.loads(out.read_text())["rows"] if x["loop"] == "ours"]
+    rows = {x["members"]: x for x in ours}
+    ones = [1 / x["steps_per_s_with_eval"] for x in ours if x["members"] == 1]  # one a method
+    want = {1: len(ones) / sum(ones), **{k: k * rows[k]["steps_per_s_with_eval"] for k in (5, 20)}}
+    assert m.rates == pytest.approx(want)
     assert m.flops_per_member_step == pytest.approx(rows[5]["flops_per_step"] / 5)
+
+
+@pytest.mark.slow
+def test_the_peer_runs_are_separate_processes_summed(tmp_path):
+    """``--peers N``: N official-style runs as processes at once, their member-steps/s summed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.gpu_suite import packed_official
+    from bench.train_step import BenchConfig
+
+    bc = BenchConfig(device="cpu", tiny=True, batch_sizes=(8,), max_length=16, steps=2, warmup=1,
+                     windows=1, eval_pairs=(8, 8, 8))
+    peer = packed_official(bc, 2, tmp_path, lambda s: None)
+    assert peer["processes"] == 2 and peer["methods"] == {"mcse": 1, "kdmcse": 1}
+    assert len(peer["step_ms"]) == 2 and all(ms > 0 for ms in peer["step_ms"])
+    assert peer["member_steps_per_s"] == pytest.approx(sum(1e3 / ms for ms in peer["step_ms"]))

@@ -48,9 +48,11 @@ def test_encoder_constant_dropout_three_per_member_rest_linear(rows):
         assert c - b == 2 * (b - a), phase  # affine in M: no phase grows faster than the members
     for r in (one, two, four):
         assert r["kernels"] == sum(r["kernels_by_phase"].values()) < r["ops"] == sum(r["ops_by_phase"].values())
-    # the per-member part is the member's own work: its heads and loss, their backward, its batch
-    assert k[1]["heads + objective"] > k[0]["heads + objective"] > 0
-    assert k[1]["backward: heads + objective"] > k[0]["backward: heads + objective"]
+    # the members of a method run their heads and losses as one batched computation: as many
+    # kernels for four members as for one, forward and backward (trainables/arrays/batched.py)
+    for phase in ("heads + objective", "backward: heads + objective"):
+        assert k[0][phase] == k[1][phase] == k[2][phase] > 0, phase
+    assert (four["kernels"] - one["kernels"]) / 3 <= 15  # the bound per extra member
 
 
 def test_counts_do_not_depend_on_the_hidden_size(rows):

@@ -44,9 +44,11 @@ class ArrayModel(nn.Module):
                 for i, h in enumerate(self.heads)]
 
     def cls(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-            generators: Sequence[torch.Generator] | None = None) -> torch.Tensor:
-        """[CLS] before the MLP (the evaluation embedding): (M, N, H)."""
-        return self.encoder(input_ids, attention_mask, generators)[:, :, 0]
+            generators: Sequence[torch.Generator] | None = None,
+            extents: tuple[Sequence[int], Sequence[int]] | None = None) -> torch.Tensor:
+        """[CLS] before the MLP (the evaluation embedding): (M, N, H). ``extents``: each member's
+        rows and length, where known (no read-back of the mask)."""
+        return self.encoder(input_ids, attention_mask, generators, extents)[:, :, 0]
 
     def mlp(self, cls: torch.Tensor) -> torch.Tensor:
         """SimCSE's MLP of every member: tanh(cls W_i^T + b_i), cls (M, N, H)."""

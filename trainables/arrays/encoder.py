@@ -233,21 +233,31 @@ class StackedEncoder(nn.Module):
         return _layer_norm(f + a, w("output.LayerNorm.weight"), w("output.LayerNorm.bias"), eps)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                generators: Sequence[torch.Generator] | None = None) -> torch.Tensor:
+                generators: Sequence[torch.Generator] | None = None,
+                extents: tuple[Sequence[int], Sequence[int]] | None = None) -> torch.Tensor:
         """last_hidden_state (M, N, L, H) of every member.
 
         ``input_ids``/``attention_mask`` are (M, N, L), member i reading row block i, or (N, L)
         shared by all members. ``generators=None``: no dropout (whatever ``self.training`` is).
         Otherwise one generator per member, on the parameters' device: dropout is on, member i's
-        masks drawn from ``generators[i]`` only (stream layout in ``dropout.py``; costs one
-        host sync to read the members' lengths).
+        masks drawn from ``generators[i]`` only (stream layout in ``dropout.py``), over its own
+        rows and length: ``extents`` (rows, lengths) per member where the caller knows them (the
+        trainer does, from the batches' shapes), else read from the mask (one host sync).
         """
         m = self.n_members
         n, length = check_inputs(input_ids, attention_mask, m, self.max_length)
-        x = self._embed(input_ids)
         masks = None
-        if generators is not None:
-            masks = self._draw(generators, attention_mask, n, length, x.device)
+        if generators is not None:  # eager: each member's generator, its own extent
+            masks = self._draw(generators, attention_mask, n, length, input_ids.device, extents)
+        return self.encode(input_ids, attention_mask, masks)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               masks: dropout.DropMasks | None) -> torch.Tensor:
+        """The forward with the dropout masks drawn: pure tensor code, what ``compile``
+        (``trainables.arrays.capture``) hands to ``torch.compile``."""
+        n, length = attention_mask.shape[-2:]
+        x = self._embed(input_ids)
+        if masks is not None:
             x = dropout.apply(x, masks.embedding(), masks.hidden_scale)
         # Additive mask as HF's eager path: 0 keep, dtype min on padded keys; (M|1, N, 1, 1, L).
         keep = attention_mask.view(-1, n, 1, 1, length).bool()
@@ -258,14 +268,17 @@ class StackedEncoder(nn.Module):
         return x
 
     def _draw(self, generators: Sequence[torch.Generator], attention_mask: torch.Tensor, n: int,
-              length: int, device: torch.device) -> dropout.DropMasks:
+              length: int, device: torch.device,
+              extents: tuple[Sequence[int], Sequence[int]] | None = None) -> dropout.DropMasks:
         m = self.n_members
         if len(generators) != m:
             raise ValueError(f"got {len(generators)} generators for {m} members; pass one per member")
         if any(g.device.type != device.type for g in generators):
             raise ValueError(f"generators must live on the model's device ({device}); build them "
                              f"with torch.Generator(device={str(device)!r})")
-        if attention_mask.dim() == 2:
+        if extents is not None:
+            rows, lengths = list(extents[0]), list(extents[1])
+        elif attention_mask.dim() == 2:
             rows, lengths = (x * m for x in dropout.member_extents(attention_mask[None]))
         else:
             rows, lengths = dropout.member_extents(attention_mask)

@@ -160,7 +160,8 @@ class LoopedEncoder(nn.Module):
 
     # ----------------------------------------------------------------------------- forward
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                generators: Sequence[torch.Generator] | None = None) -> torch.Tensor:
+                generators: Sequence[torch.Generator] | None = None,
+                extents: tuple[Sequence[int], Sequence[int]] | None = None) -> torch.Tensor:
         """last_hidden_state (M, N, L, H) of every member, as ``StackedEncoder.forward``.
 
         ``generators=None``: no dropout (each model in eval mode). Otherwise dropout is on and
@@ -178,6 +179,8 @@ class LoopedEncoder(nn.Module):
         shared = input_ids.dim() == 2
         if shared:  # the same rows for all (evaluation): nothing to cut
             rows, lengths = [n] * m, [length] * m
+        elif extents is not None:  # each member's own extent, known to the caller: no sync
+            rows, lengths = list(extents[0]), list(extents[1])
         else:  # each member's own extent, so no array shape reaches its forward (one sync)
             rows, lengths = dropout.member_extents(attention_mask)
         outs: list[torch.Tensor | None] = []

@@ -19,7 +19,7 @@ import torch
 from trainables.config.run_config import RunConfig
 
 SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
-                 "precision", "num_workers", "use_gpu", "final_eval")
+                 "precision", "num_workers", "use_gpu", "final_eval", "compile")
 """RunConfig fields every member of an array must share (the step count is checked as well)."""
 
 
@@ -69,7 +69,8 @@ class MemberRecord:
     best_step: int = -1
     best_state: dict[str, Any] | None = None
     history: list[dict[str, float]] = field(default_factory=list)
-    term_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    term_steps: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    """every step's loss terms since the last report (detached)"""
     term_count: int = 0
     error: str | None = None
     """why the member left the array (a non-finite loss), None while it trains"""
@@ -81,17 +82,24 @@ class MemberRecord:
     """consecutive caption batches in which the filter masked every negative"""
 
     def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
-        for k, v in terms.items():
-            acc = self.term_sums.get(k)
-            self.term_sums[k] = v.detach().float() + (acc if acc is not None else 0.0)
+        # Kept, not added up: an add per term and member at every step would be a kernel launch
+        # each; they are summed once, at the next report.
+        self.term_steps.append({k: v.detach() for k, v in terms.items()})
         self.term_count += 1
 
     def pop_means(self) -> dict[str, float]:
         n = max(self.term_count, 1)
-        out = {f"loss/{k}": float(v) / n for k, v in self.term_sums.items()}
+        keys = [k for t in self.term_steps for k in t]
+        vals = (torch.stack([v.float() for t in self.term_steps for v in t.values()]).tolist()
+                if keys else [])
+        sums: dict[str, float] = {}
+        for k, v in zip(keys, vals, strict=True):
+            sums[k] = sums.get(k, 0.0) + v
+        self.term_steps = []
+        out = {f"loss/{k}": v / n for k, v in sums.items()}
         if self.masked:
             out["filter/masked_fraction"] = sum(self.masked) / len(self.masked)
-        self.term_sums, self.term_count, self.masked = {}, 0, []
+        self.term_count, self.masked = 0, []
         return out
 
     def bookkeeping(self) -> dict[str, Any]:
@@ -114,4 +122,6 @@ def slug(key: str) -> str:
 
 def pad_to(x: torch.Tensor, rows: int, cols: int, value: int) -> torch.Tensor:
     """(n, l) -> (rows, cols), new rows and columns filled with ``value``."""
+    if x.shape == (rows, cols):
+        return x
     return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]), value=value)

@@ -137,9 +137,9 @@ class ArrayAdamW:
         for p in self.stacked:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
-        for g, c in zip(grads, coef[torch.tensor(owner, device=coef.device)].unbind() if grads else (),
-                        strict=True):
-            g.mul_(c.to(g.dtype))
+        if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
+            per = coef[torch.tensor(owner, device=coef.device)]
+            torch._foreach_mul_(grads, [c.to(g.dtype) for g, c in zip(grads, per.unbind(), strict=True)])
         return norms
 
     # --- the update ------------------------------------------------------------------------

@@ -32,6 +32,8 @@ import torch
 from torch.profiler import record_function
 
 from trainables.arrays.array_model import ArrayModel
+from trainables.arrays.batched import MethodGroups
+from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     MemberRecord,
@@ -52,7 +54,7 @@ from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
 from trainables.models.mlflow_export import DATA, write_mlflow_model
 from trainables.models.pretrained import resolve_encoder
 from trainables.models.student import Student, StudentConfig, max_positions
-from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
+from trainables.objectives import TeacherInputs
 from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
@@ -166,6 +168,9 @@ class ArrayTrainer:
                                        getattr(encoder.hf_config, "initializer_range", 0.02)))
                 heads.append(MethodHeads(sc.heads))
         self.model = ArrayModel(encoder, mlps, heads).to(self.device)
+        uncaptured = capture(self.model.encoder, self.cfg.compile, self.device)
+        if uncaptured and rank == 0:
+            print(uncaptured, flush=True)
         self.optimizer = ArrayAdamW(
             self.model.stacked_parameters(),
             self.model.own_parameters(),
@@ -181,6 +186,8 @@ class ArrayTrainer:
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
         self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
         self.groups = {m.key: (groups or {}).get(m.key, m.key) for m in self.members}
+        # Each member's heads and loss terms: one batched computation per method (batched.py).
+        self.objectives = MethodGroups(self)
 
     # --- setup ----------------------------------------------------------------------------
     def _member_setup(self, key: str, build: Callable[[], Any]) -> Any:
@@ -307,23 +314,28 @@ class ArrayTrainer:
         poisoned = maybe_inject(step, [m.record.config_hash for m in self.alive])
         rows = max(b.input_ids.shape[0] for _, b in batches)
         length = max(b.input_ids.shape[1] for _, b in batches)
+        if self.cfg.compile == "graphs":  # one shape at every step: what a CUDA graph replays
+            rows, length = max(rows, -(-self.cfg.batch_size // self.world)), self.cfg.max_length
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.stack([pad_to(b.input_ids, rows, length, pad) for _, b in batches])
-        mask = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
+        mask1 = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
         # Two dropout views of each sentence from one pass: rows 2i and 2i+1 are sentence i.
-        ids, mask = ids.repeat_interleave(2, dim=1), mask.repeat_interleave(2, dim=1)
+        ids, mask = ids.repeat_interleave(2, dim=1), mask1.repeat_interleave(2, dim=1)
         # On the parameters' device: autocast("cuda") would leave precision=bf16 on CPU in fp32.
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp
                     else contextlib.nullcontext())
         with autocast:
             with record_function("array/student"):
-                cls = self.model.cls(ids, mask, [m.dropout for m in self.alive])
+                # each member's rows (both views) and length, from its batch: no read-back
+                extents = ([2 * b.input_ids.shape[0] for _, b in batches],
+                           [b.attention_mask.shape[1] for _, b in batches])
+                cls = self.model.cls(ids, mask, [m.dropout for m in self.alive], extents)
                 z = self.model.mlp(cls)
             with record_function("array/teachers"):
                 teach = self._teacher_outputs(batches)
             with record_function("array/objectives"):
-                all_terms, masked = self._member_terms(batches, cls, z, teach, poisoned)
-            total = sum((t["total"] for t in all_terms), cls.new_zeros(()))
+                all_terms, masked, total = self.objectives.terms(batches, cls, z, mask1, teach,
+                                                                 poisoned)
         # Backward is queued before the host reads the finite flags, so the GPU overlaps the wait;
         # a member with a bad loss leaves before any weight changes.
         with record_function("array/backward"):
@@ -346,43 +358,6 @@ class ArrayTrainer:
         # Detached: a caller holding a step's terms must not keep its graph, whose nodes remember
         # the parameters' shapes from before a member left.
         return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
-
-    def _member_terms(self, batches: list[tuple[str, Batch]], cls: torch.Tensor, z: torch.Tensor,
-                      teach: dict[int, tuple[tuple, tuple]], poisoned: set[str],
-                      ) -> tuple[list[dict[str, torch.Tensor]], dict[int, torch.Tensor]]:
-        """Each member's heads and loss terms on its rows of the array's output; the filtered
-        fraction of negatives of each member whose threshold filter saw a caption batch."""
-        all_terms: list[dict[str, torch.Tensor]] = []
-        masked: dict[int, torch.Tensor] = {}
-        self._step_errors: dict[int, str] = {}
-        for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
-            n = b.input_ids.shape[0]
-            try:
-                out = self.model.heads[j].heads_outputs(
-                    cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
-                    image=b.image if kind == "pair" else None, clip_text=b.clip_text)
-                teacher = self._teacher_inputs(m, b, teach.get(j)) if kind == "pair" else None
-                terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
-            except (MemoryError, torch.OutOfMemoryError):
-                raise
-            except Exception as e:  # a head or loss of this member's method: it fails alone
-                from trainables.runtime.command_line import one_line
-
-                self._step_errors[j] = (f"failed at step {self.step + 1} in method "
-                                        f"{m.method.name!r} ({kind} batch of {n}): "
-                                        f"{type(e).__name__}: {one_line(e)}")
-                # no gradient for it; the non-finite mark makes every worker drop it
-                all_terms.append({"total": z[j].sum() * 0.0, "error": z.new_tensor(math.nan)})
-                if kind == "pair" and m.filter is not None:  # the same entries on every worker
-                    masked[j] = z.new_zeros(())
-                continue
-            f = m.filter
-            if teacher is not None and f is not None:
-                masked[j] = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
-            if m.record.config_hash in poisoned:
-                terms["total"] = terms["total"] * float("nan")
-            all_terms.append(terms)
-        return all_terms, masked
 
     def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
         embs, local = (b.text_teachers, ()) if computed is None else computed

@@ -100,6 +100,11 @@ class RunConfig:
     them, as torch 1.7-1.11 allowed by default), 'bf16' (bf16 autocast: faster, not the official
     arithmetic; bench/README.md "precision.py" says what it changes) or 'auto' (bf16 on CUDA,
     fp32 on CPU)"""
+    compile: str = setting("off", Choice(("off", "default", "graphs")))
+    """how an array's step runs: 'off' (eager), 'default' (the stacked encoder's forward and
+    backward through torch.compile), 'graphs' (the same, with CUDA graphs on CUDA:
+    mode='reduce-overhead', every step's batch padded to batch_size x max_length so each step has
+    one shape); how it runs, not what it computes: not in the config hash"""
     proj_dim: int = setting(256, count(1))
     adam_eps: float = setting(1e-6, POSITIVE)
     optimizer: str = setting("official", Choice(("official", "torch")))
@@ -138,10 +143,12 @@ class RunConfig:
         """Stable 12-hex hash of every field that shapes the result (seed included).
 
         ``data.cache_dir`` is left out: it says where derived files live, not what they are;
+        ``compile`` too: how the step runs;
         ``transfer`` is left out while off, so runs without it keep their earlier hashes.
         """
         d = self.to_dict()
         d["data"].pop("cache_dir")
+        d.pop("compile")  # how the step runs (eager or captured), not what it computes
         if d["transfer"] is None:  # off: the hash every run had before the setting existed
             d.pop("transfer")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))

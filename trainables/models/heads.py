@@ -87,6 +87,11 @@ class MethodHeads(nn.Module):
                 "to match the feature store, or pass the right store column"
             )
 
+    def forward(self, *args, **kwargs) -> StudentOutputs:
+        """``heads_outputs``: what ``torch.func.functional_call`` calls when an array runs the
+        heads of a method's members with their weights stacked (``trainables.arrays.batched``)."""
+        return self.heads_outputs(*args, **kwargs)
+
     def heads_outputs(self, cls: torch.Tensor, z: torch.Tensor, attention_mask: torch.Tensor,
                       image: torch.Tensor | None = None,
                       clip_text: torch.Tensor | None = None) -> StudentOutputs:

@@ -35,6 +35,8 @@ import torch
 
 POOLERS = ("cls", "cls_before_pooler", "avg", "projection")
 CLIP_TYPES = ("clip", "clip_text_model")
+BIDIRECTIONAL = ("bert", "roberta", "xlm-roberta", "electra")
+"""encoders whose Hugging Face forward takes a prepared 4-D additive attention mask as it is"""
 
 
 def default_pooler(name_or_path: str, kind: str = "encoder") -> str:
@@ -131,7 +133,7 @@ class TextTeacher:
         """(emb (bs, d), local (bs, L-1, d)) from token ids of *this teacher's* vocabulary."""
         ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device)
-        out = self.model(input_ids=ids, attention_mask=mask, return_dict=True)
+        out = self.model(input_ids=ids, attention_mask=self._model_mask(mask), return_dict=True)
         hidden = out.last_hidden_state
         if self.pooler == "cls_before_pooler":
             emb = hidden[:, 0]
@@ -143,6 +145,18 @@ class TextTeacher:
             m = mask.unsqueeze(-1).float()
             emb = (hidden.float() * m).sum(1) / m.sum(1).clamp(min=1e-7)
         return emb.float(), hidden[:, 1:].float()
+
+    def _model_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask handed to the model: for a bidirectional encoder, built ahead as the additive
+        (bs, 1, 1, L) mask it would build, so Hugging Face's mask preparation takes it as it is
+        instead of reading ``padding_mask.all()`` back from the device (a host sync in the middle
+        of a training step); other models (CLIP's causal text tower) get the 2-D mask."""
+        if self.model.config.model_type not in BIDIRECTIONAL:
+            return mask
+        dtype = self.model.dtype
+        keep = mask[:, None, None, :].bool()
+        return torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~keep, torch.finfo(dtype).min)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         """The teacher's own tokenisation, as training tokenises: truncate, pad to the longest."""

@@ -34,10 +34,15 @@ class _SafeAcos(torch.autograd.Function):
     -1/sqrt(max(1 - x^2, 1e-12)) inside [-1, 1] and 0 outside (as the clamp gives).
     """
 
+    generate_vmap_rule = True  # an array's members of one method run it under torch.func.vmap
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(x)
+    def forward(x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return torch.acos(x.clamp(-1.0, 1.0))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # type: ignore[override]
+        ctx.save_for_backward(inputs[0])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -49,6 +54,44 @@ class _SafeAcos(torch.autograd.Function):
 def safe_acos(x: torch.Tensor) -> torch.Tensor:
     """arccos with the official clamp to [-1, 1] and a NaN-free gradient (see ``_SafeAcos``)."""
     return _SafeAcos.apply(x)
+
+
+def is_zero(x: float | torch.Tensor) -> bool:
+    """``x == 0`` for a setting that switches a branch (a margin of 0 is plain InfoNCE).
+
+    A tensor setting is never 0: an array batches the members of one method with their differing
+    settings as tensors with a member axis, and keeps a member whose setting is 0 apart from one
+    whose setting is not (``trainables.arrays.batched``)."""
+    return not isinstance(x, torch.Tensor) and x == 0
+
+
+class PreDrawn:
+    """Random row permutations drawn ahead from a member's own generator, passed as a loss's
+    ``generator`` when its members run as one batched computation (a ``torch.Generator`` cannot
+    be used under ``torch.func.vmap``). :func:`row_permutation` takes them in order."""
+
+    def __init__(self, perms: torch.Tensor | None):
+        self.perms, self.used = perms, 0
+
+    def next(self, n: int) -> torch.Tensor:
+        if self.perms is None or self.used >= self.perms.shape[0]:
+            raise TypeError("this loss draws more row permutations than its method's "
+                            "Needs.permutations declares")
+        p = self.perms[self.used]
+        self.used += 1
+        if p.shape[0] != n:
+            raise ValueError(f"a permutation of {p.shape[0]} rows was drawn for a batch of {n}")
+        return p
+
+
+def row_permutation(n: int, generator: torch.Generator | PreDrawn | None,
+                    device: torch.device) -> torch.Tensor:
+    """``torch.randperm(n)`` from ``generator`` (default: the global CPU RNG), on ``device``; or
+    the next permutation an array drew ahead (:class:`PreDrawn`)."""
+    if isinstance(generator, PreDrawn):
+        return generator.next(n)
+    gen_device = generator.device if generator is not None else "cpu"
+    return torch.randperm(n, generator=generator, device=gen_device).to(device, non_blocking=True)
 
 
 def at_least_f32(x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +174,7 @@ def angular_margin_logits(
     if form not in ("code", "eq12", "arccse"):
         raise ValueError(f"form={form!r}; use 'code', 'eq12' or 'arccse'")
     c = cosine_matrix(x, y)
-    if margin == 0:
+    if is_zero(margin):
         return c / temperature
     n, m = c.shape
     if n != m:

@@ -25,13 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from trainables.objectives.core import (
+    PreDrawn,
     adapacse_loss,
     angular_margin_logits,
     at_least_f32,
     diagonal_cross_entropy,
     frozen,
     frozen_cosine,
+    is_zero,
     no_autocast,
+    row_permutation,
 )
 from trainables.objectives.grounding import margin_settings
 from trainables.objectives.methods import (
@@ -154,7 +157,9 @@ def kl_distillation_loss(
     dtype = torch.promote_types(student_logits.dtype, teacher.dtype)
     log_q = F.log_softmax(student_logits.to(dtype) / student_temperature, dim=1)
     p = F.softmax(teacher.to(dtype) / teacher_temperature, dim=1)
-    return F.kl_div(log_q, p, reduction="batchmean")
+    # F.kl_div(log_q, p, reduction="batchmean") spelled out, as torch computes it: kl_div has no
+    # vmap batching rule, and an array runs this loss for all its DALR members at once.
+    return (torch.xlogy(p, p) - p * log_q).sum() / log_q.shape[0]
 
 
 def dalr_cma_loss(
@@ -213,7 +218,7 @@ def listmle_loss(
     teacher_scores: torch.Tensor,
     eps: float = 1e-7,
     *,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | PreDrawn | None = None,
 ) -> torch.Tensor:
     """ListMLE of each student row in the teacher's order (DALR paper Eq. 10; code ``ListMLE``).
 
@@ -228,10 +233,7 @@ def listmle_loss(
         raise ValueError(
             f"student {tuple(student_scores.shape)} and teacher {tuple(teacher_scores.shape)} scores differ"
         )
-    n = student_scores.shape[-1]
-    gen_device = generator.device if generator is not None else "cpu"
-    perm = torch.randperm(n, generator=generator, device=gen_device).to(
-        student_scores.device, non_blocking=True)
+    perm = row_permutation(student_scores.shape[-1], generator, student_scores.device)
     s, t = student_scores[:, perm], frozen(teacher_scores)[:, perm]
     _, order = t.sort(descending=True, dim=-1)
     ranked = s.gather(1, order)
@@ -362,7 +364,7 @@ def dalr_loss(s: DALRSettings, out: StudentOutputs, teacher: TeacherInputs,
         )
     if s.use_info:
         p1, p2, v = need(out, "DALR info", "p1", "p2", "v")
-        adaptive = s.adaptive_margin and s.grounding_margin > 0
+        adaptive = s.adaptive_margin and not is_zero(s.grounding_margin)
         vv = frozen_cosine(teacher.image, teacher.image) if adaptive else None
         terms["info"] = adapacse_loss(
             p1, p2, v, vv, s.grounding_margin if adaptive else 0.0, s.temperature_vl
@@ -447,7 +449,8 @@ class DALR(Method):
     def needs(self, s: DALRSettings) -> Needs:
         teachers = s.use_cma or s.use_ima or s.use_rank or s.use_g2l
         return Needs(image=True, text_teachers=teachers, teacher_tokens=s.use_g2l,
-                     teacher_weights=s.teacher_weights if teachers else None)
+                     teacher_weights=s.teacher_weights if teachers else None,
+                     permutations=int(s.use_rank))
 
     def heads(self, s: DALRSettings, dims: HeadDims) -> dict[str, Head]:
         # All four whatever the switches, as the code builds them (the init order stays the

@@ -23,6 +23,7 @@ from trainables.objectives.core import (
     diagonal_cross_entropy,
     frozen_cosine,
     frozen_dot,
+    is_zero,
     threshold_bias,
 )
 from trainables.objectives.methods import (
@@ -75,7 +76,7 @@ def kdmcse_grounding_terms(
     if threshold_on not in ("dot", "cosine"):
         raise ValueError(f"threshold_on={threshold_on!r}; use 'dot' or 'cosine'")
     m = margin if adaptive_margin else 0.0
-    need_text = t is not None and m > 0 or threshold is not None
+    need_text = t is not None and not is_zero(m) or threshold is not None
     if need_text and clip_text is None:
         raise ValueError(
             "KDMCSE's CLIP-text term and the threshold filter need clip_text (the stored CLIP caption feature)"
@@ -85,13 +86,13 @@ def kdmcse_grounding_terms(
         score = frozen_dot if threshold_on == "dot" else frozen_cosine
         bias_v = threshold_bias(score(clip_text, clip_image), threshold)
         bias_t = threshold_bias(score(clip_image, clip_text), threshold)
-    vv = frozen_cosine(clip_image, clip_image) if m > 0 else None
+    vv = None if is_zero(m) else frozen_cosine(clip_image, clip_image)
     lv = adapacse_loss(
         p1, p2, v, vv, m, temperature, bias=bias_v, form=form, reduce_views=reduce_views
     )
     if t is None:
         return lv, None
-    cc = frozen_cosine(clip_text, clip_text) if m > 0 else None
+    cc = None if is_zero(m) else frozen_cosine(clip_text, clip_text)
     lt = adapacse_loss(
         p1, p2, t, cc, m, temperature, bias=bias_t, form=form, reduce_views=reduce_views
     )
@@ -109,7 +110,8 @@ def masked_fraction(clip_image: torch.Tensor, clip_text: torch.Tensor, threshold
     if n < 2:
         return s.new_zeros(())
     off = ~torch.eye(n, dtype=torch.bool, device=s.device)
-    return (s > threshold)[off].float().mean()
+    # A sum over a fixed mask, not s[off]: no data-dependent shape (a batched or captured step)
+    return ((s > threshold) & off).sum().float() / (n * (n - 1))
 
 
 

@@ -168,6 +168,11 @@ class Needs:
     """their token states as well (a teacher forward per caption batch, not stored columns)"""
     teacher_weights: tuple[float, ...] | None = None
     """the method's weight per text teacher, when it weighs them: one per ``text_teachers``"""
+    permutations: int = 0
+    """row permutations the caption loss draws from its ``generator`` per caption batch (DALR's
+    ListMLE tie-break: 1), through ``trainables.objectives.core.row_permutation``: an array
+    draws them ahead, from each member's own stream, so that the members of a method can run as
+    one batched computation"""
 
     def __post_init__(self) -> None:
         if (self.image or self.clip_text or self.text_teachers) and not self.captions:

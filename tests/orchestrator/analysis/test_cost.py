@@ -121,7 +121,10 @@ def test_a_measured_rate_is_preferred_and_named(tmp_path):
     path.write_text(json.dumps({"env": {"device": "NVIDIA H100 80GB HBM3"}, "date": "2026-12-01", "rows": rows}))
     m = cost.read_measured(path)
     assert m.rates == {5: 50.0, 20: 80.0} and cost.gpu_of(m.device) == "H100"
-    assert m.rate(12) == 50.0 and m.rate(40) == 80.0 and m.rate(2) == 50.0
+    # between two measured sizes the step time is interpolated (0.1 s at 5, 0.25 s at 20);
+    # outside them there is no measured rate: never one borrowed from another size
+    assert m.rate(5) == 50.0 and m.rate(12) == pytest.approx(12 / (0.1 + 7 * 0.15 / 15))
+    assert m.rate(40) is None and m.rate(2) is None and m.rate(1) is None
     arrays = [[member(steps=1000, final_eval=False) for _ in range(20)]]
     est = cost.estimate(arrays, "H100", measured=[m])
     f = cost.train_flops(member())
@@ -131,6 +134,13 @@ def test_a_measured_rate_is_preferred_and_named(tmp_path):
     assert h100 == []  # no H100 instance in the cluster file: its rows stay on FLOPs
     a10g = cost.estimate(arrays, "A10G", measured=[m])
     assert not a10g.measured and "no measured rate for the A10G" in a10g.basis
+    # an array size no measurement covers is priced on FLOPs, and says so beside the MFU measured
+    ones = cost.estimate([[member(steps=1000, final_eval=False)]], "H100", measured=[m])
+    assert not ones.measured and "measured on" not in ones.basis.split(";")[0]
+    assert "FLOPs at 25% MFU of the H100's 989 TFLOP/s" in ones.basis and "an assumed MFU" in ones.basis
+    assert "arrays of 1 members, which no measurement covers (measured: arrays of 5 to 20" in ones.basis
+    assert ones.arrays[0].gpu_seconds == pytest.approx(
+        cost.array_seconds([member(steps=1000, final_eval=False)], cost.GPUS["H100"], 0.25, None))
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(ValueError, match="not a report of bench/gpu_suite.py --json"):
@@ -182,3 +192,34 @@ def test_every_kept_rate_report_reads_and_names_a_known_gpu():
         m = cost.read_measured(f)
         assert cost.gpu_of(m.device) is not None, f
         assert all(r > 0 for r in m.rates.values()) and m.flops_per_member_step > 1e12, f
+
+
+def test_array_size_one_is_measured_only_where_arrays_of_one_were(tmp_path):
+    """``--array-size 1``: priced from the report's arrays of 1 (one a method, at their mean step
+    time) when it has them, and on FLOPs at the assumed MFU, beside the MFU last measured for
+    arrays, when it does not; never at the rate of an array of 5."""
+    def report(with_ones: bool):
+        rows = [{"loop": "ours", "members": n, "steps_per_s_with_eval": sps, "flops_per_step": n * 2e12,
+                 "mfu": mfu} for n, sps, mfu in ((5, 8.0, 0.08), (20, 2.0, 0.087))]
+        if with_ones:
+            rows += [{"loop": "ours", "members": 1, "steps_per_s_with_eval": sps, "flops_per_step": 2e12,
+                      "mfu": 0.03} for sps in (20.0, 10.0)]
+        path = tmp_path / f"h200-{with_ones}.json"
+        path.write_text(json.dumps({"env": {"device": "NVIDIA H200"}, "date": "2026-11-26",
+                                    "rows": rows}))
+        return cost.read_measured(path)
+
+    ones = [[member(steps=1000, final_eval=False)] for _ in range(3)]
+    without = cost.estimate(ones, "H200", measured=[report(False)])
+    assert not without.measured and "measured at 8.7% (an array of 20 on NVIDIA H200" in without.basis
+    assert "FLOPs at 25% MFU" in without.basis and "no measurement covers" in without.basis
+    at_five = 20 * 1000 * cost.train_flops(member()) / (40.0 * 2e12)  # the old, borrowed rate
+    assert without.gpu_hours * 3600 != pytest.approx(at_five)
+    m = report(True)
+    assert m.rates[1] == pytest.approx(2 / (1 / 20 + 1 / 10))  # mean step time of the arrays of 1
+    measured = cost.estimate(ones, "H200", measured=[m])
+    assert measured.measured and "measured on NVIDIA H200" in measured.basis
+    f = cost.train_flops(member())
+    assert measured.arrays[0].gpu_seconds == pytest.approx(1000 * f / (m.rates[1] * 2e12))
+    three = cost.estimate([[member(steps=1000, final_eval=False)] * 3], "H200", measured=[m])
+    assert three.measured and "the arrays of 3 interpolated between the measured sizes" in three.basis

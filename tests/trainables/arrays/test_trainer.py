@@ -173,7 +173,7 @@ def test_nan_in_one_member_drops_it_and_the_others_go_on(tiny_bert, cache, tmp_p
 
 def test_a_non_finite_term_is_named_and_only_its_member_leaves(
         tiny_bert, cache, tmp_path, monkeypatch):
-    from trainables.arrays import trainer as trainer_mod
+    from trainables.arrays import batched as trainer_mod
 
     real = trainer_mod.compute_objective
 

@@ -161,3 +161,28 @@ def test_ensemble_validates_weights(tiny_bert, bert_b):
     assert not torch.allclose(ea, eb)
     with pytest.raises(KeyError, match="teacher_diffcse"):
         ens.precomputed({"teacher_simcse": np.zeros((2, 32))})
+
+
+@pytest.mark.parametrize("which", ["tiny_bert", "tiny_roberta"])
+def test_teacher_forward_takes_its_mask_built_ahead(which, request, monkeypatch):
+    """The mask goes in as the additive 4-D mask the model would build: Hugging Face's mask
+    preparation, whose SDPA path reads ``padding_mask.all()`` back from the device (a host sync
+    inside a training step), is never entered, and the outputs are the 2-D mask's."""
+    import transformers.masking_utils as mu
+
+    path = request.getfixturevalue(which)
+    tok = _ids(path)
+    ref = AutoModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        want = ref(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]).last_hidden_state
+
+    def refuse(*a, **kw):
+        raise AssertionError("the teacher's forward prepared a mask from the 2-D one")
+
+    monkeypatch.setattr(mu, "_ignore_bidirectional_mask_sdpa", refuse)
+    monkeypatch.setattr(mu, "sdpa_mask", refuse)
+    t = TextTeacher(path, pooler="cls_before_pooler", device="cpu")
+    emb, local = t.encode_ids(tok["input_ids"], tok["attention_mask"])
+    assert (tok["attention_mask"] == 0).any()  # the batch has padding
+    torch.testing.assert_close(emb, want[:, 0])
+    torch.testing.assert_close(local, want[:, 1:])
