@@ -76,12 +76,21 @@ def stop(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> tuple[int, int]:
     return len(found), len(alive)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orchestrator.ray_stop", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    from orchestrator import cli
+    from trainables.runtime.checks import NON_NEGATIVE
+    from trainables.runtime.command_line import option
+
+    p = cli.parser("orchestrator.ray_stop", __doc__)
     p.add_argument("--temp-dir", required=True, help="the --temp-dir its `ray start` was given")
-    p.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
+    p.add_argument("--grace", type=option(NON_NEGATIVE), default=10.0,
+                   help="seconds before SIGKILL (default 10)")
     p.add_argument("--list", action="store_true", help="print the processes, stop nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.list:
         for proc in processes(args.temp_dir):
