@@ -76,9 +76,9 @@ GPUS: dict[str, Gpu] = {g.name: g for g in (
     Gpu("A100-40GB", 312.0, 40.0, "NVIDIA A100 data sheet", 156.0, "NVIDIA A100 data sheet"),
     Gpu("A100-80GB", 312.0, 80.0, "NVIDIA A100 data sheet", 156.0, "NVIDIA A100 data sheet"),
     Gpu("H100", 989.0, 80.0, "NVIDIA H100 SXM data sheet", 494.5,
-        "NVIDIA H100 SXM data sheet (989 with sparsity)"),
+        "NVIDIA H100 SXM data sheet, 989 with sparsity"),
     Gpu("H200", 989.0, 141.0, "NVIDIA H200 data sheet", 494.5,
-        "NVIDIA H200 data sheet (989 with sparsity)"),
+        "NVIDIA H200 data sheet, 989 with sparsity"),
 )}
 
 
