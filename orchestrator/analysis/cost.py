@@ -14,7 +14,9 @@ one of two bases, the better one available, and every estimate names it:
   (their matmuls use TF32 on these GPUs), bf16 for bf16 runs.
 
 A bf16 rate never prices an fp32 run, nor the reverse: bf16 arrays run about twice as fast, so a
-borrowed rate would halve the bill of the precision the plan really trains in.
+borrowed rate would halve the bill of the precision the plan really trains in. Where an fp32
+array's FLOPs price comes out below its time at a bf16 rate measured for its size (fp32 is not
+faster), a warning gives that bound.
 
 FLOPs of one member-step (both dropout views, T = 2 x batch x length tokens): the student's
 forward and backward, 6 N T + 12 n_layers L h T (N: its non-embedding parameters; the second
@@ -371,14 +373,23 @@ def array_seconds(members: Sequence[Member], gpu: Gpu, mfu: float, measured: Mea
     precision = array_precision(members)
     if measured is not None and measured.precision != precision:
         measured = None
-    rate = measured.rate(len(members)) if measured is not None else None
-    if rate is not None:  # member-steps/s at the measured shapes
-        flops_per_s = rate * measured.flops_per_member_step
-        return sum(m.steps * train_flops(m) / flops_per_s
-                   + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
-                      if m.final_eval else 0.0) for m in members)
+    seconds = measured_seconds(members, measured) if measured is not None else None
+    if seconds is not None:
+        return seconds
     speed = gpu.peak(precision)[0] * 1e12 * mfu
     return sum(m.steps * train_flops(m) + eval_flops(m) for m in members) / speed
+
+
+def measured_seconds(members: Sequence[Member], measured: Measured) -> float | None:
+    """An array's time at ``measured``'s rate for its size (whatever the precisions), None when
+    the report has no rate for that size."""
+    rate = measured.rate(len(members))
+    if rate is None:
+        return None
+    flops_per_s = rate * measured.flops_per_member_step  # member-steps/s at the measured shapes
+    return sum(m.steps * train_flops(m) / flops_per_s
+               + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
+                  if m.final_eval else 0.0) for m in members)
 
 
 def fits(costs: Sequence[ArrayCost], gpu: Gpu, gpus_per_trial: float) -> int | None:
@@ -431,6 +442,19 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         warnings.append(f"an array of {worst.members} needs about {worst.memory_bytes / 2**30:.0f} GiB "
                         f"(estimate), more than the {per_gpu / 2**30:.0f} GiB of {where}: "
                         f"use --array-size {fit}")
+    # fp32 is not faster than bf16: an fp32 array priced on FLOPs below the time the same array
+    # took at a bf16 rate measured for its size is too cheap, and the estimate says so
+    bf16 = measured_for(gpu, measured, "bf16")
+    if bf16 is not None:
+        pairs = [(c.gpu_seconds, measured_seconds(ms, bf16)) for c, ms, p
+                 in zip(costs, arrays, precisions, strict=True) if p == "fp32"]
+        pairs = [(s, b) for s, b in pairs if b is not None]
+        if pairs and sum(s for s, _ in pairs) < sum(b for _, b in pairs):
+            flops_h, bound_h = sum(s for s, _ in pairs) / 3600, sum(b for _, b in pairs) / 3600
+            warnings.append(f"the fp32 arrays' {flops_h:,.1f} GPU-hours at the assumed {mfu:.0%} MFU are "
+                            f"fewer than the {bound_h:,.1f} they would take at the bf16 rate measured "
+                            f"for their size ({bf16.source}); fp32 is not faster than bf16: expect "
+                            f"more than {bound_h:,.1f} (a lower --mfu prices that)")
     groups = sorted(set(precisions), key=PRECISIONS.index)
     bases = [precision_basis(gpu, mfu, measured, p,
                              sorted({len(ms) for ms, q in zip(arrays, precisions, strict=True) if q == p}))

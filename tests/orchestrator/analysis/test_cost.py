@@ -253,12 +253,19 @@ def test_an_fp32_plan_is_not_priced_from_bf16_rates(tmp_path):
     by_hand = 5 * (1000 * f + cost.eval_flops(member(steps=1000, final_eval=False))) / (494.5e12 * 0.25)
     assert est.arrays[0].gpu_seconds == pytest.approx(by_hand)
     assert cost.GPUS["H200"].tf32_tflops * 2 == cost.GPUS["H200"].peak_tflops
+    # fp32 is not faster than bf16: priced below the bf16 rate measured for its size, it is warned
+    bound = 5 * 1000 * f / (40.0 * 2e12)
+    assert by_hand < bound
+    (warning,) = est.warnings
+    assert f"fewer than the {bound / 3600:,.1f} they would take at the bf16 rate measured" in warning
+    assert not cost.estimate(fp32, "H200", mfu=0.1, measured=[m]).warnings  # 0.1 prices it above
     # the same plan in bf16 (or 'auto', bf16 on a GPU) is measured at its array size
     for p in ("bf16", "auto"):
         bf = cost.estimate([[member(steps=1000, final_eval=False, precision=p) for _ in range(5)]],
                            "H200", measured=[m])
         assert bf.measured and bf.basis.startswith("measured on NVIDIA H200 in bf16"), bf.basis
         assert bf.arrays[0].gpu_seconds == pytest.approx(5 * 1000 * f / (40.0 * 2e12))
+        assert not bf.warnings
     # without a report, a bf16 plan is priced at the bf16 peak, an fp32 one at the TF32 peak
     assert "989 TFLOP/s dense bf16 peak" in cost.estimate(
         [[member(precision="bf16")]], "H200").basis
