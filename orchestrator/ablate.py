@@ -36,8 +36,8 @@ def parser() -> argparse.ArgumentParser:
                    help="--dry-run: the GPU the cost estimate is for (A10G, A100-40GB, A100-80GB, H100, "
                         "H200; default A10G, the cluster file's). The paper profile always gets one")
     p.add_argument("--mfu", type=option(Number(lo=0, hi=1, lo_open=True)), default=None,
-                   help="--dry-run: the share of the GPU's bf16 peak assumed where no rate is measured "
-                        "(default 0.25)")
+                   help="--dry-run: the share of the GPU's dense peak (TF32 for fp32 runs, bf16 for bf16 "
+                        "runs) assumed where no rate in the plan's precision is measured (default 0.25)")
     p.add_argument("--rates", nargs="+", default=[], metavar="JSON",
                    help="--dry-run: bench/gpu_suite.py --json reports whose measured rates the cost "
                         "estimate uses (bench/rates/*.json are read too)")

@@ -5,11 +5,18 @@ evaluation cadence), so a dry run can price a plan before anything starts. The r
 one of two bases, the better one available, and every estimate names it:
 
 - **measured**: a ``bench/gpu_suite.py --json`` report measured on that GPU type (``--rates FILE``,
-  or ``bench/rates/*.json``): its arrays' member-steps per second with the dev evaluation
+  or ``bench/rates/*.json``) in the precision the array trains in (``RunConfig.precision``; the
+  report's ``precision``): its arrays' member-steps per second with the dev evaluation
   amortised, scaled by FLOPs from the report's shapes (BERT-base, batch 64, 32 tokens) to each
-  run's own;
+  run's own, at the array's own size or interpolated between two measured sizes;
 - **FLOPs**: each member-step's FLOPs (``train_flops``) at an assumed MFU (``--mfu``, default
-  ``DEFAULT_MFU``) of the GPU's dense bf16 peak (``GPUS``).
+  ``DEFAULT_MFU``) of the GPU's dense peak for that precision (``GPUS``): TF32 for fp32 runs
+  (their matmuls use TF32 on these GPUs), bf16 for bf16 runs.
+
+A bf16 rate never prices an fp32 run, nor the reverse: bf16 arrays run about twice as fast, so a
+borrowed rate would halve the bill of the precision the plan really trains in. Where an fp32
+array's FLOPs price comes out below its time at a bf16 rate measured for its size (fp32 is not
+faster), a warning gives that bound.
 
 FLOPs of one member-step (both dropout views, T = 2 x batch x length tokens): the student's
 forward and backward, 6 N T + 12 n_layers L h T (N: its non-embedding parameters; the second
@@ -38,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MFU = 0.25
-"""assumed share of the dense bf16 peak an array reaches where nothing is measured (the arrays'
-target at 20 members is 35%; bench/gpu_suite.py measures it)"""
+"""assumed share of the dense peak (TF32 for fp32 runs, bf16 for bf16 runs) an array reaches where
+nothing is measured (the arrays' target at 20 members is 35%; bench/gpu_suite.py measures it)"""
+PRECISIONS = ("fp32", "bf16")
+"""what an array trains in on a GPU: RunConfig.precision, with 'auto' read as bf16 (its CUDA meaning)"""
 DEFAULT_GPU = "A10G"
 """the cluster file's GPU (g5 instances)"""
 
@@ -51,15 +60,27 @@ class Gpu:
     """dense (no sparsity) bf16 tensor-core peak"""
     memory_gib: float
     source: str
+    tf32_tflops: float
+    """dense (no sparsity) TF32 tensor-core peak: what an fp32 run's matmuls reach"""
+    tf32_source: str
+
+    def peak(self, precision: str) -> tuple[float, str, str]:
+        """(TFLOP/s, its name, its source) of the dense peak an array in ``precision`` runs at."""
+        if precision == "fp32":
+            return self.tf32_tflops, "TF32", self.tf32_source
+        return self.peak_tflops, "bf16", self.source
 
 
 GPUS: dict[str, Gpu] = {g.name: g for g in (
     Gpu("A10G", 70.0, 24.0, "NVIDIA publishes no A10G sheet; its A10 sheet gives 125, third-party "
-        "comparisons give the A10G 70"),
-    Gpu("A100-40GB", 312.0, 40.0, "NVIDIA A100 data sheet"),
-    Gpu("A100-80GB", 312.0, 80.0, "NVIDIA A100 data sheet"),
-    Gpu("H100", 989.0, 80.0, "NVIDIA H100 SXM data sheet"),
-    Gpu("H200", 989.0, 141.0, "NVIDIA H200 data sheet"),
+        "comparisons give the A10G 70", 35.0,
+        "half the bf16 figure, as on the A10 sheet (TF32 62.5, bf16 125, dense)"),
+    Gpu("A100-40GB", 312.0, 40.0, "NVIDIA A100 data sheet", 156.0, "NVIDIA A100 data sheet"),
+    Gpu("A100-80GB", 312.0, 80.0, "NVIDIA A100 data sheet", 156.0, "NVIDIA A100 data sheet"),
+    Gpu("H100", 989.0, 80.0, "NVIDIA H100 SXM data sheet", 494.5,
+        "NVIDIA H100 SXM data sheet, 989 with sparsity"),
+    Gpu("H200", 989.0, 141.0, "NVIDIA H200 data sheet", 494.5,
+        "NVIDIA H200 data sheet, 989 with sparsity"),
 )}
 
 
@@ -133,6 +154,16 @@ class Member:
     teachers: tuple[Encoder, ...] = ()
     """DALR's frozen text teachers"""
     final_eval: bool = True
+    precision: str = "fp32"
+    """RunConfig.precision: 'fp32' (its default, TF32 matmuls), 'bf16' or 'auto' (bf16 on a GPU)"""
+
+    @property
+    def trains_in(self) -> str:
+        """'fp32' or 'bf16': what this run's arithmetic is on a GPU."""
+        p = "bf16" if self.precision == "auto" else self.precision
+        if p not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}; use fp32, bf16 or auto")
+        return p
 
 
 def forward_flops(enc: Encoder, rows: float, length: int) -> float:
@@ -160,14 +191,17 @@ def eval_flops(m: Member) -> float:
 
 
 def member_memory_bytes(m: Member) -> float:
-    """GPU memory of one member under bf16 autocast: fp32 weights, gradients and two AdamW
-    moments (16 bytes a parameter), the activations kept for the backward (about 34 bytes per
-    hidden unit, token and layer and 5 per attention score, as for bf16 transformer training),
-    the dropout masks (a byte an element) and, for DALR, its teachers' bf16 weights."""
+    """GPU memory of one member: fp32 weights, gradients and two AdamW moments (16 bytes a
+    parameter), the activations kept for the backward, the dropout masks (a byte an element)
+    and, for DALR, its teachers' weights (bf16 under bf16 autocast, fp32 in fp32). Activations
+    per layer (Korthikanti et al. 2022): 16 values per hidden unit and token and 2 per attention
+    score, plus 2 and 1 bytes of dropout mask: 34 and 5 bytes under bf16 autocast (2-byte
+    values), 66 and 9 in fp32 (4-byte values)."""
     e, tokens = m.encoder, 2 * m.batch_size * m.max_length
-    act = e.layers * (34 * tokens * e.hidden + 5 * e.heads * m.max_length * tokens)
+    b = 4 if m.trains_in == "fp32" else 2
+    act = e.layers * ((16 * b + 2) * tokens * e.hidden + (2 * b + 1) * e.heads * m.max_length * tokens)
     masks = (1 + 2 * e.layers) * tokens * e.hidden + e.layers * e.heads * m.max_length * tokens
-    return 16.0 * e.params + act + masks + sum(2.0 * t.params for t in m.teachers)
+    return 16.0 * e.params + act + masks + sum(float(b) * t.params for t in m.teachers)
 
 
 # ------------------------------------------------------------------------------ measured rates
@@ -185,6 +219,9 @@ class Measured:
     date: str = ""
     mfus: Mapping[int, float] = dataclasses.field(default_factory=dict)
     """array size -> the MFU the report measured for it (where it states one)"""
+    precision: str | None = None
+    """'bf16' or 'fp32': what its arrays trained in (None: the report does not say; then it
+    prices nothing)"""
 
     def rate(self, members: int) -> float | None:
         """Member-steps/s of an array of ``members``: the measured one, or between two measured
@@ -217,6 +254,21 @@ def gpu_of(device_name: str) -> str | None:
     return None
 
 
+def report_precision(report: Mapping[str, Any]) -> str | None:
+    """What a report's arrays trained in: gpu_suite's ``precision`` (resolved), else its
+    ``env.config`` (``precision``, with 'auto' meaning bf16 on CUDA, as bench/train_step.py reads
+    it); None when it says neither."""
+    if report.get("precision") in PRECISIONS:
+        return report["precision"]
+    cfg = (report.get("env") or {}).get("config") or {}
+    p = cfg.get("precision")
+    if p in PRECISIONS:
+        return p
+    if p == "auto" and cfg.get("device"):
+        return "bf16" if str(cfg["device"]).startswith("cuda") else "fp32"
+    return None
+
+
 def read_measured(path: str | Path) -> Measured:
     """The arrays of a ``bench/gpu_suite.py --json`` report; one clear error when it is not one."""
     try:
@@ -224,6 +276,7 @@ def read_measured(path: str | Path) -> Measured:
         rows = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] > 1]
         ones = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] == 1]
         device = r["env"]["device"]
+        precision = report_precision(r)
         rates = {int(x["members"]): x["members"] * x["steps_per_s_with_eval"] for x in rows}
         mfus = {int(x["members"]): float(x["mfu"]) for x in rows if x.get("mfu")}
         per = sum(x["flops_per_step"] / x["members"] for x in rows) / max(1, len(rows))
@@ -236,23 +289,34 @@ def read_measured(path: str | Path) -> Measured:
                          f"({e.__class__.__name__}: {e}); pass the file that command wrote") from None
     if not rows:
         raise ValueError(f"--rates {path}: the report has no array of 2 or more members")
-    return Measured(str(path), device, rates, per, str(r.get("date", "")), mfus)
+    return Measured(str(path), device, rates, per, str(r.get("date", "")), mfus, precision)
 
 
 def last_array_mfu(reports: Iterable[Measured]) -> str | None:
-    """'8.7% (an array of 20 on NVIDIA H200, bench/rates/h200.json, 2026-11-26)': the MFU of the
-    largest array of the newest report that states one; None without such a report."""
+    """'8.7% (an array of 20 on NVIDIA H200 in bf16, bench/rates/h200.json, 2026-11-26)': the MFU
+    of the largest array of the newest report that states one (against the report's own peak);
+    None without such a report."""
     withmfu = [m for m in reports if m.mfus]
     if not withmfu:
         return None
     m = max(withmfu, key=lambda r: r.date)
     size = max(m.mfus)
-    return f"{m.mfus[size]:.1%} (an array of {size} on {m.device}, {m.source}, {m.date})"
+    return (f"{m.mfus[size]:.1%} (an array of {size} on {m.device} in {m.precision or 'an unrecorded precision'}, "
+            f"{m.source}, {m.date})")
 
 
-def measured_for(gpu: str, reports: Iterable[Measured]) -> Measured | None:
-    """The first report measured on ``gpu``."""
-    return next((m for m in reports if gpu_of(m.device) == gpu), None)
+def measured_for(gpu: str, reports: Iterable[Measured], precision: str | None = None) -> Measured | None:
+    """The first report measured on ``gpu`` (in ``precision``, when one is given)."""
+    return next((m for m in reports if gpu_of(m.device) == gpu
+                 and (precision is None or m.precision == precision)), None)
+
+
+def array_precision(members: Sequence[Member]) -> str:
+    """The one precision an array's members train in (they share it: trainables/arrays/members.py)."""
+    ps = {m.trains_in for m in members}
+    if len(ps) != 1:
+        raise ValueError(f"an array mixes precisions {sorted(ps)}: its members share one")
+    return ps.pop()
 
 
 # ------------------------------------------------------------------------------ the estimate
@@ -304,15 +368,28 @@ class Estimate:
 
 def array_seconds(members: Sequence[Member], gpu: Gpu, mfu: float, measured: Measured | None) -> float:
     """One array's time on one whole GPU: its member-steps at the measured rate (scaled by FLOPs)
-    and its test evaluations at the same FLOP rate, or everything at ``mfu`` of the peak."""
-    rate = measured.rate(len(members)) if measured is not None else None
-    if rate is not None:  # member-steps/s at the measured shapes
-        flops_per_s = rate * measured.flops_per_member_step
-        return sum(m.steps * train_flops(m) / flops_per_s
-                   + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
-                      if m.final_eval else 0.0) for m in members)
-    speed = gpu.peak_tflops * 1e12 * mfu
+    and its test evaluations at the same FLOP rate, or everything at ``mfu`` of the peak of the
+    array's precision. A report in another precision measures nothing here."""
+    precision = array_precision(members)
+    if measured is not None and measured.precision != precision:
+        measured = None
+    seconds = measured_seconds(members, measured) if measured is not None else None
+    if seconds is not None:
+        return seconds
+    speed = gpu.peak(precision)[0] * 1e12 * mfu
     return sum(m.steps * train_flops(m) + eval_flops(m) for m in members) / speed
+
+
+def measured_seconds(members: Sequence[Member], measured: Measured) -> float | None:
+    """An array's time at ``measured``'s rate for its size (whatever the precisions), None when
+    the report has no rate for that size."""
+    rate = measured.rate(len(members))
+    if rate is None:
+        return None
+    flops_per_s = rate * measured.flops_per_member_step  # member-steps/s at the measured shapes
+    return sum(m.steps * train_flops(m) / flops_per_s
+               + (forward_flops(m.encoder, SENTEVAL_SENTENCES["test"], EVAL_TOKENS) / flops_per_s
+                  if m.final_eval else 0.0) for m in members)
 
 
 def fits(costs: Sequence[ArrayCost], gpu: Gpu, gpus_per_trial: float) -> int | None:
@@ -348,11 +425,12 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         raise ValueError("nothing to estimate: no array, or an empty one")
     g = GPUS[gpu]
     lanes = min(concurrent or len(arrays), len(arrays))
-    mine = measured_for(gpu, measured)
+    precisions = [array_precision(ms) for ms in arrays]
     costs = tuple(ArrayCost(
         len(ms), sum(m.steps for m in ms), sum(m.steps * train_flops(m) for m in ms),
         sum(eval_flops(m) for m in ms), sum(dev_evaluations(m) for m in ms),
-        array_seconds(ms, g, mfu, mine), sum(member_memory_bytes(m) for m in ms)) for ms in arrays)
+        array_seconds(ms, g, mfu, measured_for(gpu, measured, p)), sum(member_memory_bytes(m) for m in ms))
+        for ms, p in zip(arrays, precisions, strict=True))
     # a fraction g of a GPU runs an array 1/g times slower, g GPUs (DDP) g times faster
     wall = makespan([a.gpu_seconds / gpus_per_trial for a in costs], lanes)
     warnings = []
@@ -364,47 +442,83 @@ def estimate(arrays: Sequence[Sequence[Member]], gpu: str = DEFAULT_GPU, gpus_pe
         warnings.append(f"an array of {worst.members} needs about {worst.memory_bytes / 2**30:.0f} GiB "
                         f"(estimate), more than the {per_gpu / 2**30:.0f} GiB of {where}: "
                         f"use --array-size {fit}")
-    sizes = sorted({len(ms) for ms in arrays})
+    # fp32 is not faster than bf16: an fp32 array priced on FLOPs below the time the same array
+    # took at a bf16 rate measured for its size is too cheap, and the estimate says so
+    bf16 = measured_for(gpu, measured, "bf16")
+    if bf16 is not None:
+        pairs = [(c.gpu_seconds, measured_seconds(ms, bf16)) for c, ms, p
+                 in zip(costs, arrays, precisions, strict=True) if p == "fp32"]
+        pairs = [(s, b) for s, b in pairs if b is not None]
+        if pairs and sum(s for s, _ in pairs) < sum(b for _, b in pairs):
+            flops_h, bound_h = sum(s for s, _ in pairs) / 3600, sum(b for _, b in pairs) / 3600
+            warnings.append(f"the fp32 arrays' {flops_h:,.1f} GPU-hours at the assumed {mfu:.0%} MFU are "
+                            f"fewer than the {bound_h:,.1f} they would take at the bf16 rate measured "
+                            f"for their size ({bf16.source}); fp32 is not faster than bf16: expect "
+                            f"more than {bound_h:,.1f} (a lower --mfu prices that)")
+    groups = sorted(set(precisions), key=PRECISIONS.index)
+    bases = [precision_basis(gpu, mfu, measured, p,
+                             sorted({len(ms) for ms, q in zip(arrays, precisions, strict=True) if q == p}))
+             for p in groups]
+    basis = bases[0][0] if len(groups) == 1 else "; ".join(
+        f"the {p} arrays: {b}" for p, (b, _) in zip(groups, bases, strict=True))
+    rows = []
+    for inst in INSTANCES:
+        if inst.gpu is None:
+            continue
+        ig = GPUS[inst.gpu]
+        ims = [measured_for(inst.gpu, measured, p) for p in precisions]
+        secs = [array_seconds(ms, ig, mfu, im) for ms, im in zip(arrays, ims, strict=True)]
+        w = makespan([s / gpus_per_trial for s in secs], lanes)
+        nodes = max(1, math.ceil(lanes * gpus_per_trial / inst.gpus - 1e-9))
+        usd = w / 3600.0 * (nodes * inst.usd_per_hour + HEAD.usd_per_hour)
+        covered = all(im is not None and im.rate(len(ms)) is not None for ms, im in zip(arrays, ims, strict=True))
+        peaks = "/".join(ig.peak(p)[1] for p in groups)
+        rows.append(PriceRow(inst, sum(secs) / 3600.0, w / 3600.0, nodes, usd,
+                             "measured" if covered else f"FLOPs at {mfu:.0%} MFU of the {peaks} peak",
+                             fits(costs, ig, gpus_per_trial)))
+    return Estimate(g, gpus_per_trial, lanes, mfu, basis, all(ok for _, ok in bases), costs,
+                    wall, tuple(rows), tuple(warnings))
+
+
+def precision_basis(gpu: str, mfu: float, measured: Sequence[Measured], precision: str,
+                    sizes: Sequence[int]) -> tuple[str, bool]:
+    """The basis line of the arrays of ``sizes`` members training in ``precision`` on ``gpu``, and
+    whether a measurement in that precision covers every one of them."""
+    g = GPUS[gpu]
+    peak, peak_name, source = g.peak(precision)
+    mine = measured_for(gpu, measured, precision)
     known = [n for n in sizes if mine is not None and mine.rate(n) is not None]
     unknown = [n for n in sizes if n not in known]
-    assumed = (f"FLOPs at {mfu:.0%} MFU of the {gpu}'s {g.peak_tflops:g} TFLOP/s dense bf16 peak "
-               f"({g.source}), an assumed MFU")
+    assumed = (f"FLOPs at {mfu:.0%} MFU of the {gpu}'s {peak:g} TFLOP/s dense {peak_name} peak "
+               f"({source}), an assumed MFU")
     last = last_array_mfu(measured)
     last = (f"; arrays were last measured at {last} MFU" if last is not None
             else "; no array's MFU has been measured")
     rated = ""
     if mine is not None:
-        rated = (f"measured on {mine.device} ({mine.source}, {mine.date}): arrays of "
+        rated = (f"measured on {mine.device} in {precision} ({mine.source}, {mine.date}): arrays of "
                  f"{', '.join(map(str, sorted(mine.rates)))} members at "
                  f"{', '.join(f'{v:.1f}' for _, v in sorted(mine.rates.items()))} member-steps/s with "
                  "the dev evaluation")
     if mine is not None and not unknown:
         between = [n for n in known if n not in mine.rates]
-        basis = rated + (f", the arrays of {', '.join(map(str, between))} interpolated between the "
-                         "measured sizes" if between else "") + "; scaled by FLOPs to each run's shapes"
-    elif mine is not None:
-        basis = (f"{assumed} for the arrays of {', '.join(map(str, unknown))} members, which no "
-                 f"measurement covers (measured: arrays of {mine.span()} members; a rate is never "
-                 f"borrowed from another size){last}"
-                 + (f"; the arrays of {', '.join(map(str, known))}: " + rated if known else ""))
+        return rated + (f", the arrays of {', '.join(map(str, between))} interpolated between the "
+                        "measured sizes" if between else "") + "; scaled by FLOPs to each run's shapes", True
+    if mine is not None:
+        return (f"{assumed} for the arrays of {', '.join(map(str, unknown))} members, which no "
+                f"measurement covers (measured: arrays of {mine.span()} members; a rate is never "
+                f"borrowed from another size){last}"
+                + (f"; the arrays of {', '.join(map(str, known))}: " + rated if known else "")), False
+    other = [m for m in measured if gpu_of(m.device) == gpu]
+    if other:
+        ins = sorted({m.precision or "an unrecorded precision" for m in other})
+        why = (f"; the {gpu}'s arrays were measured in {' and '.join(ins)} ({', '.join(m.source for m in other)}); "
+               f"this plan trains in {precision}{' (TF32 matmuls)' if precision == 'fp32' else ''}, "
+               "so no measured rate applies")
     else:
-        basis = (f"{assumed}; no measured rate for the {gpu} (bench/gpu_suite.py --json FILE "
-                 f"measures one, --rates FILE uses it){last}")
-    rows = []
-    for inst in INSTANCES:
-        if inst.gpu is None:
-            continue
-        ig, im = GPUS[inst.gpu], measured_for(inst.gpu, measured)
-        secs = [array_seconds(ms, ig, mfu, im) for ms in arrays]
-        w = makespan([s / gpus_per_trial for s in secs], lanes)
-        nodes = max(1, math.ceil(lanes * gpus_per_trial / inst.gpus - 1e-9))
-        usd = w / 3600.0 * (nodes * inst.usd_per_hour + HEAD.usd_per_hour)
-        covered = im is not None and all(im.rate(n) is not None for n in sizes)
-        rows.append(PriceRow(inst, sum(secs) / 3600.0, w / 3600.0, nodes, usd,
-                             "measured" if covered else f"FLOPs at {mfu:.0%} MFU",
-                             fits(costs, ig, gpus_per_trial)))
-    return Estimate(g, gpus_per_trial, lanes, mfu, basis, mine is not None and not unknown, costs,
-                    wall, tuple(rows), tuple(warnings))
+        why = (f"; no measured rate for the {gpu} (bench/gpu_suite.py --json FILE measures one, "
+               "--rates FILE uses it)")
+    return f"{assumed}{why}{last}", False
 
 
 def format_estimate(est: Estimate, assumed_gpus: bool = False) -> str:

@@ -699,7 +699,8 @@ def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_pe
         m.run.objective.method, m.run.batch_size, m.run.max_length, steps[m.key], m.run.eval_every,
         shape(m.run.encoder, m.run.data.cache_dir),
         tuple(shape(t, m.run.data.cache_dir) for t in m.run.text_teachers)
-        if m.run.objective.method == "dalr" else (), m.run.final_eval) for m in a.members] for a in arrays]
+        if m.run.objective.method == "dalr" else (), m.run.final_eval, m.run.precision)
+        for m in a.members] for a in arrays]
     files = [*rates, *sorted(str(f) for f in RATES_DIR.glob("*.json"))] if RATES_DIR.is_dir() else list(rates)
     est = estimate(members, gpu, gpus_per_trial or 1.0, concurrent, mfu,
                    [read_measured(f) for f in files])

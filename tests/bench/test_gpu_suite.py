@@ -99,6 +99,8 @@ def test_the_cost_estimate_reads_the_report(suite):
     want = {1: len(ones) / sum(ones), **{k: k * rows[k]["steps_per_s_with_eval"] for k in (5, 20)}}
     assert m.rates == pytest.approx(want)
     assert m.flops_per_member_step == pytest.approx(rows[5]["flops_per_step"] / 5)
+    # its arrays trained in fp32 (--precision auto on a CPU): it prices fp32 plans only
+    assert m.precision == json.loads(out.read_text())["precision"] == "fp32"
 
 
 @pytest.mark.slow

@@ -220,7 +220,9 @@ def test_dry_run_prices_the_plan_when_asked(workdir, tmp_path, capsys, monkeypat
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "cost: an ESTIMATE" in out and "10 runs in 2 arrays of 5 members" in out
-    assert "FLOPs at 50% MFU of the H100's 989 TFLOP/s" in out and re.search(r"on H100: [\d.,]+ GPU-hours", out)
+    # the runs train in fp32 (the default): priced at the TF32 peak, never at a bf16 rate
+    assert "FLOPs at 50% MFU of the H100's 494.5 TFLOP/s dense TF32 peak" in out
+    assert re.search(r"on H100: [\d.,]+ GPU-hours", out)
     assert re.search(r"g5\.xlarge +1x A10G +1\.01 .* \$\d", out)
     assert ablate.main([*base, "--gpu-type", "V100"]) == 2
     assert "--gpu-type 'V100' is unknown" in capsys.readouterr().err
