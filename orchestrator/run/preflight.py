@@ -306,7 +306,7 @@ def _hidden(name: str, cache: str, teacher: bool = False) -> int:
     projection, ``trainables.models.teachers.TextTeacher.dim``)."""
     from transformers import AutoConfig
 
-    from trainables.config.profiles import resolve_encoder
+    from trainables.models.pretrained import resolve_encoder
     from trainables.models.teachers import CLIP_TYPES
 
     cfg = AutoConfig.from_pretrained(resolve_encoder(name, cache))
