@@ -183,7 +183,7 @@ def orphans() -> list[tuple[Path, dict]]:
         if d.get("host", socket.gethostname()) != socket.gethostname():
             continue  # a temp shared with another machine: its drivers are not ours to judge
         pid = int(d.get("pid", folder.name))
-        if pid == os.getpid() or _alive(pid, d.get("create_time")):
+        if _alive(pid, d.get("create_time")):  # this driver's own, too (not an earlier one of its id)
             continue
         if not d and time.time() - folder.stat().st_mtime < 60:
             continue  # a driver of a reused id may be writing its record right now
