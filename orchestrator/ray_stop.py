@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainables.runtime.local_ray import clean_orphans, orphans, processes, stop
+from trainables.runtime.local_ray import ORPHAN_GRACE_S, clean_orphans, orphans, processes, stop
 
 __all__ = ["main", "processes", "stop"]
 
@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--temp-dir", help="the --temp-dir its `ray start` was given (default: the "
                    "embedded Rays of this user's killed drivers)")
-    p.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL")
+    p.add_argument("--grace", type=float, default=None,
+                   help="seconds before SIGKILL (default 10; 2 for a killed driver's Ray)")
     p.add_argument("--list", action="store_true", help="print the processes, stop nothing")
     args = p.parse_args(argv)
     if args.temp_dir is None:
@@ -40,14 +41,14 @@ def main(argv: list[str] | None = None) -> int:
                 for proc in processes(folder):
                     print(proc.pid, proc.name(), folder)
             return 0
-        if not clean_orphans(print, args.grace):
+        if not clean_orphans(print, ORPHAN_GRACE_S if args.grace is None else args.grace):
             print("no Ray left running by a killed driver of this user on this machine")
         return 0
     if args.list:
         for proc in processes(args.temp_dir):
             print(proc.pid, proc.name())
         return 0
-    n, killed = stop(args.temp_dir, args.grace)
+    n, killed = stop(args.temp_dir, 10.0 if args.grace is None else args.grace)
     if not n:
         print(f"no Ray process of {args.temp_dir} is running on this machine")
     else:

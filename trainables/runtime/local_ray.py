@@ -191,7 +191,12 @@ def orphans() -> list[tuple[Path, dict]]:
     return out
 
 
-def clean_orphans(say=None, grace_s: float = 10.0) -> list[str]:
+ORPHAN_GRACE_S = 2.0
+"""SIGTERM to SIGKILL for a dead driver's Ray: its agents wait on a raylet that is gone and let
+a longer grace pass (10 s) before a SIGKILL, which the next command would wait out"""
+
+
+def clean_orphans(say=None, grace_s: float = ORPHAN_GRACE_S) -> list[str]:
     """Stop what the gone drivers' embedded Rays left running, remove their temp dirs, and say
     one line per driver whose Ray still ran; -> those lines."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
