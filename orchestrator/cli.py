@@ -92,19 +92,31 @@ BAD_INPUT = (ValueError, FileNotFoundError, ConnectionError, OSError)
 
 def guarded(run: Callable[[], int]) -> int:
     """Run a command; bad input (and an MLflow store's refusal) is one 'error:' line and exit 2,
-    Ctrl-C or SIGTERM exit 130."""
+    Ctrl-C or SIGTERM exit 130. A command refused (or stopped) before its run went ahead leaves
+    no cache it built on the way, e.g. the demo world (``trainables.runtime.created``)."""
+    from trainables.runtime import created
+
+    created.keep()  # what an earlier command of this process built is not this one's
     try:
-        return run()
+        rc = run()
     except BAD_INPUT as e:
+        created.discard()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        created.discard()
         print("\ninterrupted; run the same command with --resume to continue", file=sys.stderr)
         return 130
     except Exception as e:
         if not type(e).__module__.startswith("mlflow"):
+            created.keep()
             raise  # a bug: its traceback is what a developer needs
+        created.discard()
         print(f"error: MLflow: {one_line(e)}", file=sys.stderr)
         return 2
+    if rc == 2:  # refused without raising (a dry run whose plan does not fit this machine)
+        created.discard()
+    created.keep()  # checked and kept (a dry run that passed): the run will reuse them
+    return rc
 
 

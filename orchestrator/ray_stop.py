@@ -8,72 +8,22 @@ temp dir of their own (``ray start --temp-dir ...``); every process of that inst
 raylet, dashboard and its agents, log monitor, workers) names that folder on its command line,
 so this stops exactly those: SIGTERM, then SIGKILL after ``--grace`` seconds for what is left.
 ``--list`` only prints them.
+
+    python -m orchestrator.ray_stop
+
+Without ``--temp-dir``: stops what the embedded Ray of a driver that was killed (SIGKILL, a lost
+shell) left running on this machine, as the next table or search does when it starts; a Ray
+whose driver still runs is left alone (``trainables/runtime/local_ray.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import re
 import sys
-from pathlib import Path
 
+from trainables.runtime.local_ray import ORPHAN_GRACE_S, clean_orphans, orphans, processes, stop
 
-def _psutil():
-    import importlib
-
-    try:
-        return importlib.import_module("psutil")
-    except ImportError:  # Ray ships its own copy, on the path once ray is imported
-        importlib.import_module("ray")
-        return importlib.import_module("psutil")
-
-
-def processes(temp_dir: str | os.PathLike) -> list:
-    """This user's processes whose command line names ``temp_dir`` (as itself or a parent
-    folder), and their descendants: Ray's agents and workers retitle themselves
-    (``ray::DashboardAgent``, ``ray::IDLE``) but are children of its raylet or dashboard."""
-    psutil = _psutil()
-    folder = str(Path(temp_dir).expanduser().absolute()).rstrip("/")
-    pattern = re.compile(re.escape(folder) + r"(?=/|\s|$|\")")
-    me, uid = os.getpid(), os.getuid()
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline", "uids"]):
-        try:
-            if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid:
-                continue
-            if pattern.search(" ".join(p.info["cmdline"] or [])):
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    seen = {p.pid for p in out}
-    for root in list(out):
-        try:
-            kids = root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            continue
-        for k in kids:
-            if k.pid not in seen and k.pid != me:
-                seen.add(k.pid)
-                out.append(k)
-    return out
-
-
-def stop(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> tuple[int, int]:
-    """-> (processes found, processes that needed SIGKILL)."""
-    psutil = _psutil()
-
-    found = processes(temp_dir)
-    for p in found:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(found, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(found), len(alive)
+__all__ = ["main", "processes", "stop"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,9 +32,10 @@ def parser() -> argparse.ArgumentParser:
     from trainables.runtime.command_line import option
 
     p = cli.parser("orchestrator.ray_stop", __doc__)
-    p.add_argument("--temp-dir", required=True, help="the --temp-dir its `ray start` was given")
-    p.add_argument("--grace", type=option(NON_NEGATIVE), default=10.0,
-                   help="seconds before SIGKILL (default 10)")
+    p.add_argument("--temp-dir", help="the --temp-dir its `ray start` was given (default: the "
+                   "embedded Rays of this user's killed drivers)")
+    p.add_argument("--grace", type=option(NON_NEGATIVE), default=None,
+                   help="seconds before SIGKILL (default 10; 2 for a killed driver's Ray)")
     p.add_argument("--list", action="store_true", help="print the processes, stop nothing")
     return p
 
@@ -92,11 +43,20 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    if args.temp_dir is None:
+        if args.list:
+            for folder, _ in orphans():
+                for proc in processes(folder):
+                    print(proc.pid, proc.name(), folder)
+            return 0
+        if not clean_orphans(print, ORPHAN_GRACE_S if args.grace is None else args.grace):
+            print("no Ray left running by a killed driver of this user on this machine")
+        return 0
     if args.list:
         for proc in processes(args.temp_dir):
             print(proc.pid, proc.name())
         return 0
-    n, killed = stop(args.temp_dir, args.grace)
+    n, killed = stop(args.temp_dir, 10.0 if args.grace is None else args.grace)
     if not n:
         print(f"no Ray process of {args.temp_dir} is running on this machine")
     else:

@@ -224,6 +224,9 @@ class Session:
         self.parent = self.tracker.start_parent(c.parent_name, c.kind, c.plan_id, tags,
                                                 reopen=reopen, summary=c.summary)
         self.resumed = reopen is not None
+        from trainables.runtime import created
+
+        created.keep()  # the run goes ahead: the caches its preflight built are its own
         if heartbeat:
             self.heartbeat = Heartbeat(self.tracker, self.parent)
         local = Path(self.storage if "://" not in self.storage else "runs").resolve()

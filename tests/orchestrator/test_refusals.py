@@ -415,6 +415,37 @@ def test_a_plugin_whose_head_does_not_fit_its_loss_is_refused_before_anything_tr
     assert "--resume" not in line
 
 
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_refusal_after_the_demo_world_was_built_leaves_no_cache(dry, space, tmp_path, capsys,
+                                                                  monkeypatch):
+    """The demo world (``.cache/mmemb`` in the work folder by default) is built by the preflight
+    before the method check refuses; the refused command removes it again, but never a world
+    that was there before the command."""
+    profile = yaml.safe_load((space / "tiny.yaml").read_text())
+    del profile["data"]["cache_dir"]  # the default: .cache/mmemb under the work folder
+    (space / "default_cache.yaml").write_text(yaml.safe_dump(profile))
+    (space / "misfit_grid.py").write_text(MISFIT_GRID)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def argv(grid: str, dry: bool = dry) -> list[str]:
+        return ["--grid", grid, "--profile", str(space / "default_cache.yaml"), "--storage",
+                str(work / "runs"), "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
+                *(["--dry-run"] if dry else [])]
+
+    refused(work, ablate.main, argv(str(space / "misfit_grid.py")),
+            "method 'misfit' fails one text batch", capsys, monkeypatch)
+    assert not (work / ".cache").exists()
+    # a world that was there before the command stays, and is reused as it is
+    rc, _, err = run_in(work, ablate.main, argv("table3", dry=True), capsys, monkeypatch)
+    assert rc == 0, err[-2000:]
+    (world,) = (work / ".cache" / "mmemb" / "demo").glob("demo-v*[!k]")  # not its .lock
+    made = {p: p.stat().st_mtime_ns for p in world.rglob("*")}
+    refused(work, ablate.main, argv(str(space / "misfit_grid.py")),
+            "method 'misfit' fails one text batch", capsys, monkeypatch)
+    assert {p: p.stat().st_mtime_ns for p in world.rglob("*")} == made
+
+
 # --- issue 31: stores that are not what they seem ------------------------------------------------
 def _sqlite_header(pages: int) -> bytes:
     """The 100-byte header of a SQLite file of ``pages`` 4096-byte pages (change counters equal)."""

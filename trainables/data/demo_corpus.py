@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from trainables.evaluation.sts import STS_SUBSETS
+from trainables.runtime.created import building
 from trainables.runtime.filelock import file_lock
 
 VERSION = 2
@@ -406,10 +407,12 @@ def generate_demo(
     )
     if _valid(corpus, cfg):
         return corpus
-    cache.mkdir(parents=True, exist_ok=True)
-    with file_lock(cache / f".{root.name}.lock"):  # one builder; the others wait, then reuse
-        if not _valid(corpus, cfg):
-            _build_into(root, cfg, cache, corpus)
+    with building(root) as built:  # a refused command removes it again (runtime/created.py)
+        cache.mkdir(parents=True, exist_ok=True)
+        with file_lock(cache / f".{root.name}.lock"):  # one builder; the others wait, then reuse
+            if not _valid(corpus, cfg):
+                _build_into(root, cfg, cache, corpus)
+                built[0] = True
     return corpus
 
 

@@ -62,6 +62,7 @@ def _derive_once(out: Path, want: dict, build) -> Path:
     import shutil
     import tempfile
 
+    from trainables.runtime.created import building
     from trainables.runtime.filelock import file_lock
 
     marker = out / "derived.json"
@@ -74,19 +75,21 @@ def _derive_once(out: Path, want: dict, build) -> Path:
 
     if valid():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(out.parent / f".{out.name}.lock"):
-        if valid():
-            return out
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            build(tmp)
-            (tmp / "derived.json").write_text(json.dumps(want) + "\n")
-            if out.exists():
-                shutil.rmtree(out)  # stale copy whose marker does not match
-            os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with building(out) as built:  # a refused command removes it again (runtime/created.py)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(out.parent / f".{out.name}.lock"):
+            if valid():
+                return out
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+            try:
+                build(tmp)
+                (tmp / "derived.json").write_text(json.dumps(want) + "\n")
+                if out.exists():
+                    shutil.rmtree(out)  # stale copy whose marker does not match
+                os.replace(tmp, out)
+                built[0] = True
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -52,8 +52,46 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
             num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
             log_to_driver=log_to_driver, object_store_memory=200 * 2**20, logging_config=quiet,
             _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+            _temp_dir=own_ray_temp_dir(),
         )
     sigterm_as_interrupt()
+
+
+_own_temp: list[Path] = []
+
+
+def own_ray_temp_dir() -> str | None:
+    """The embedded Ray's temp dir, this driver's own (trainables/runtime/local_ray.py), after
+    stopping in one line what a killed driver's Ray left running; None: Ray's default."""
+    import atexit
+
+    from trainables.runtime import local_ray
+
+    try:
+        local_ray.clean_orphans()
+    except Exception as e:  # never a reason not to start: said, and the command goes on
+        warn_once("orphans", f"could not look for Ray processes left by killed drivers ({e})")
+    folder = local_ray.own_temp_dir()
+    if folder is None:
+        return None
+    if not _own_temp:
+        _own_temp.append(folder)
+        atexit.register(_at_exit, folder)
+    return str(folder)
+
+
+def _at_exit(folder: Path) -> None:
+    """Ray's own atexit shutdown was registered when ray was imported, so it would run after
+    this one: shut Ray down here, then stop what it left and remove its temp dir."""
+    import contextlib
+
+    import ray
+
+    from trainables.runtime import local_ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    local_ray.forget_own_temp_dir(folder)
 
 
 def sigterm_as_interrupt() -> None:
