@@ -1,6 +1,8 @@
 """The array's loop against an independent reference of the official one (tests/official_loop.py):
 one member, and each member of an array of 3 with different learning rates, end where the
-reference ends after 32 steps (one caption step in three, clipping biting, dropout off)."""
+reference ends after 32 steps (one caption step in three, clipping biting, dropout off), for
+MCSE, KDMCSE and DALR (two tiny text teachers named as the official paths, so their pooler is
+``cls_before_pooler``, weights 0.33 / 0.67)."""
 
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ def world(tmp_path_factory):
     from transformers import BertConfig, BertModel
 
     root = tmp_path_factory.mktemp("official-loop")
-    bert = write_bert_tokenizer(root / "bert")
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len((bert / "vocab.txt").read_text().split()), hidden_size=H,
-                         num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
-                         max_position_embeddings=64, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)).save_pretrained(bert)
+    # the student, and DALR's teachers (same vocabulary, their own weights); the names hold
+    # "simcse" and "DiffCSE", as the official paths do, for the cls_before_pooler pooling
+    for i, name in enumerate(("bert", "simcse", "DiffCSE")):
+        path = write_bert_tokenizer(root / name)
+        torch.manual_seed(i)
+        BertModel(BertConfig(vocab_size=len((path / "vocab.txt").read_text().split()), hidden_size=H,
+                             num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
+                             max_position_embeddings=64, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0)).save_pretrained(path)
+    bert = root / "bert"
     rng = np.random.default_rng(0)
 
     def sentence():
@@ -39,6 +45,9 @@ def world(tmp_path_factory):
     texts = [sentence() for _ in range(N_TEXT)]
     (root / "wiki.txt").write_text("\n".join(texts) + "\n")
     captions = [sentence() for _ in range(N_PAIR)]
+    # distinct captions: DALR's teacher scores then have no ties, and ListMLE's random tie-break
+    # permutation cannot change its value (tests/official_loop.py)
+    assert len(set(captions)) == N_PAIR
     image = rng.standard_normal((N_PAIR, H)).astype(np.float32) * 3
     clip_text = rng.standard_normal((N_PAIR, H)).astype(np.float32) * 3
     write_store(root / "pairs.parquet", captions, [str(i) for i in range(N_PAIR)],
@@ -54,8 +63,11 @@ def world(tmp_path_factory):
 
 def member(world, method, seed, lr):
     root, bert, *_ = world
+    # DALR's weights stay the official hard-coded ones (lam 0.1, mu 0.2, teachers 0.33 / 0.67)
+    objective = ({"text_teachers": [str(root / "simcse"), str(root / "DiffCSE")]} if method == "dalr"
+                 else {"objective.lam": 1.0})
     return RunConfig().with_overrides({
-        "objective.method": method, "objective.lam": 1.0, "encoder": str(bert),
+        "objective.method": method, **objective, "encoder": str(bert),
         "data.text": str(root / "wiki.txt"), "data.pairs": str(root / "pairs.parquet"),
         "data.senteval": str(root / "senteval"), "data.cache_dir": str(root / "cache"),
         "batch_size": BS, "epochs": EPOCHS, "lr": lr, "seed": seed, "eval_every": 1000,
@@ -75,37 +87,56 @@ def reference_run(world, trainer: ArrayTrainer, j: int, method: str, cfg: RunCon
 
     state = trainer.model.member_state(j)
     student = ref.RefStudent(BertModel.from_pretrained(bert_dir, add_pooling_layer=False), H,
-                             cfg.proj_dim, H, H if method == "kdmcse" else None)
+                             cfg.proj_dim, H, H if method == "kdmcse" else None,
+                             aligners=method == "dalr")
+    teachers = [(ref.RefTeacher(BertModel.from_pretrained(bert_dir.parent / name)), w)
+                for name, w in (("simcse", 0.33), ("DiffCSE", 0.67))] if method == "dalr" else []
     student.mlp.load_state_dict(state["mlp"])
-    for name in ("grounding", "image_head", "clip_text_head"):
+    for name in ("grounding", "image_head", "clip_text_head", "text_aligner", "image_aligner"):
         sub = {k.split(".", 1)[1]: v for k, v in state["heads"].items() if k.split(".")[0] == name}
         if sub:
             getattr(student, name).load_state_dict(sub)
     trace = ref.train(student, method, texts, captions, image, clip_text, tokenize, lr=cfg.lr, bs=BS,
-                      epochs=EPOCHS, seed=cfg.seed, lam=1.0)
+                      epochs=EPOCHS, seed=cfg.seed, lam=1.0, teachers=teachers)
     return student, trace
 
 
-def assert_member_matches(trainer, j, student, trace, losses):
-    assert len(trace.losses) == len(losses) == trainer.total_steps >= 20
-    np.testing.assert_allclose(losses, trace.losses, atol=TOL, rtol=TOL)
+def member_weights(trainer, j):
     state = trainer.model.member_state(j)
-    ours = {**{f"bert.{k}": v for k, v in state["encoder"].items()},
+    return {**{f"bert.{k}": v for k, v in state["encoder"].items()},
             **{f"mlp.{k}": v for k, v in state["mlp"].items()},
             **state["heads"]}
-    theirs = {k: v for k, v in student.state_dict().items() if v.dtype.is_floating_point}
+
+
+def is_bn_stat(key):
+    return key.endswith(("running_mean", "running_var"))
+
+
+def assert_member_matches(trainer, j, student, trace, losses):
+    """Every loss, and every weight and buffer but BatchNorm's running statistics (see
+    test_dalr_aligner_batchnorm_statistics_move_twice_a_caption_step), within TOL."""
+    assert len(trace.losses) == len(losses) == trainer.total_steps >= 20
+    np.testing.assert_allclose(losses, trace.losses, atol=TOL, rtol=TOL)
+    ours = member_weights(trainer, j)
+    theirs = {k: v for k, v in student.state_dict().items()
+              if v.dtype.is_floating_point and not is_bn_stat(k)}
     assert set(theirs) <= set(ours), sorted(set(theirs) - set(ours))
-    worst = max((ours[k] - v).abs().max().item() for k, v in theirs.items())
-    assert worst < TOL, worst
+    diffs = {k: (ours[k] - v).abs().max().item() for k, v in theirs.items()}
+    worst = max(diffs.values())
+    assert worst < TOL, sorted(diffs.items(), key=lambda kv: -kv[1])[:8]
     return worst
 
 
-@pytest.mark.parametrize("method", ["mcse", "kdmcse"])
+@pytest.mark.parametrize("method", ["mcse", "kdmcse", "dalr"])
 def test_one_member_and_an_array_of_three_end_where_the_official_loop_ends(world, method):
     torch.set_num_threads(1)
     # Adam turns a last-bit difference of a near-zero gradient into a step of lr * g / eps: at
     # lr 1e-3 two reference runs 1e-7 apart in z drift 7e-5 apart in 32 steps, at 3e-4 2e-6.
-    lrs = (1e-4, 2e-4, 3e-4)
+    # DALR's caption loss has a 20-40x larger gradient norm before clipping, so the same float32
+    # noise weighs more: at lr 2e-4 the fp32 reference itself ends 2e-5 from the reference run in
+    # fp64 (and the array 0.4-1.2e-5 from it); at 1e-4 and below both stay under 6e-6. Its lrs
+    # hold the official DALR ones (2e-5 flickr, 1e-5 coco).
+    lrs = (2e-5, 5e-5, 1e-4) if method == "dalr" else (1e-4, 2e-4, 3e-4)
     cfgs = [member(world, method, seed, lr) for seed, lr in zip((0, 1, 2), lrs, strict=True)]
     for members in ([("solo", cfgs[0])], [(f"m{i}", c) for i, c in enumerate(cfgs)]):
         trainer = ArrayTrainer(members)
@@ -121,15 +152,43 @@ def test_one_member_and_an_array_of_three_end_where_the_official_loop_ends(world
             assert_member_matches(trainer, j, student, trace, losses[k])
 
 
-def test_the_reference_tells_torch_adamw_apart(world):
+@pytest.mark.parametrize("method, lr, loss_gap", [("mcse", 3e-4, 1e-2), ("dalr", 1e-4, 1e-3)])
+def test_the_reference_tells_torch_adamw_apart(world, method, lr, loss_gap):
     """optimizer=torch (eps after the bias correction, a head without a gradient skipped) ends far
-    from the official loop: the comparison above is not vacuous (seen: losses 8e-2 apart)."""
+    from the official loop: the comparison above is not vacuous. Seen: MCSE losses 8.4e-2 and
+    weights 2.4e-3 apart; DALR (at one of its compared lrs, where its text term dominates the
+    loss) 2.7e-3 and 6.8e-4 apart, 270 and 68 times the tolerance (8.6e-3 and 2.1e-3 at 3e-4)."""
     torch.set_num_threads(1)
-    cfg = member(world, "mcse", 0, 3e-4).with_overrides({"optimizer": "torch"})
+    cfg = member(world, method, 0, lr).with_overrides({"optimizer": "torch"})
     trainer = ArrayTrainer([("solo", cfg)])
-    _, trace = reference_run(world, trainer, 0, "mcse", cfg)
+    student, trace = reference_run(world, trainer, 0, method, cfg)
     losses = [float(trainer.train_step()["solo"]["total"]) for _ in range(trainer.total_steps)]
-    assert np.abs(np.array(losses) - np.array(trace.losses)).max() > 1e-2
+    gap = np.abs(np.array(losses) - np.array(trace.losses)).max()
+    ours = member_weights(trainer, 0)
+    weights = max((ours[k] - v).abs().max().item() for k, v in student.state_dict().items()
+                  if v.dtype.is_floating_point and not is_bn_stat(k))
+    print(f"{method}: optimizer=torch ends {gap:.3g} (losses), {weights:.3g} (weights) away")
+    assert gap > loss_gap and weights > 10 * TOL
+
+
+@pytest.mark.xfail(strict=True, reason="known departure: the array moves DALR's aligner BatchNorm "
+                   "running statistics once a caption step, the official code twice")
+def test_dalr_aligner_batchnorm_statistics_move_twice_a_caption_step(world):
+    """The official ``ConsistencySimilarityModule`` runs on the matched and on the rolled images,
+    in train mode, so each aligner's running mean and variance take two updates a caption step
+    (the same batch statistics twice; the rolled batch has the matched one's). The array aligns
+    once and rolls the output: the losses and weights agree, the running statistics (which enter
+    no loss and no evaluation: the aligners are not in the evaluated or exported model) do not."""
+    torch.set_num_threads(1)
+    cfg = member(world, "dalr", 0, 1e-4)
+    trainer = ArrayTrainer([("solo", cfg)])
+    student, _ = reference_run(world, trainer, 0, "dalr", cfg)
+    for _ in range(trainer.total_steps):
+        trainer.train_step()
+    ours = member_weights(trainer, 0)
+    worst = max((ours[k] - v).abs().max().item() for k, v in student.state_dict().items()
+                if is_bn_stat(k))
+    assert worst < TOL, worst
 
 
 def test_max_steps_above_the_epochs_adds_epochs_and_the_lr_decays_over_it(world):
