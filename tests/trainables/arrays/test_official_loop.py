@@ -20,6 +20,13 @@ H = 32
 BS, EPOCHS = 8, 2
 N_TEXT, N_PAIR = 96, 32  # 12 text and 4 pair batches: paired_sample_step 3, 16 steps an epoch
 TOL = 1e-5
+INIT = 0.2
+"""initializer_range of the tiny BERTs (and so of the MLP). At BERT's 0.02 every sentence gets
+nearly the same [CLS]: the text loss sits at log(bs), DALR's L_IMA at 0 and ListMLE at log(bs!),
+their gradients vanish, and Adam's lr * g / eps turns float32 noise in the near-zero gradients into
+1e-5 of weight (an fp32 reference then ends 2.7e-5 from the same run in fp64 at lr 3e-4). At 0.2
+the losses train (text loss down to 0.01-0.3), clipping bites on every step (norms 0.1-90), every
+DALR term moves the weights, and the fp32 reference stays within 1.1e-6 of fp64 at lr 1e-3."""
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +42,7 @@ def world(tmp_path_factory):
         BertModel(BertConfig(vocab_size=len((path / "vocab.txt").read_text().split()), hidden_size=H,
                              num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
                              max_position_embeddings=64, hidden_dropout_prob=0.0,
-                             attention_probs_dropout_prob=0.0)).save_pretrained(path)
+                             attention_probs_dropout_prob=0.0, initializer_range=INIT)).save_pretrained(path)
     bert = root / "bert"
     rng = np.random.default_rng(0)
 
@@ -130,13 +137,8 @@ def assert_member_matches(trainer, j, student, trace, losses):
 @pytest.mark.parametrize("method", ["mcse", "kdmcse", "dalr"])
 def test_one_member_and_an_array_of_three_end_where_the_official_loop_ends(world, method):
     torch.set_num_threads(1)
-    # Adam turns a last-bit difference of a near-zero gradient into a step of lr * g / eps: at
-    # lr 1e-3 two reference runs 1e-7 apart in z drift 7e-5 apart in 32 steps, at 3e-4 2e-6.
-    # DALR's caption loss has a 20-40x larger gradient norm before clipping, so the same float32
-    # noise weighs more: at lr 2e-4 the fp32 reference itself ends 2e-5 from the reference run in
-    # fp64 (and the array 0.4-1.2e-5 from it); at 1e-4 and below both stay under 6e-6. Its lrs
-    # hold the official DALR ones (2e-5 flickr, 1e-5 coco).
-    lrs = (2e-5, 5e-5, 1e-4) if method == "dalr" else (1e-4, 2e-4, 3e-4)
+    # seen: losses within 2.9e-6, weights within 3.3e-7 (INIT says why the margin is this wide)
+    lrs = (1e-4, 2e-4, 3e-4)
     cfgs = [member(world, method, seed, lr) for seed, lr in zip((0, 1, 2), lrs, strict=True)]
     for members in ([("solo", cfgs[0])], [(f"m{i}", c) for i, c in enumerate(cfgs)]):
         trainer = ArrayTrainer(members)
@@ -147,19 +149,18 @@ def test_one_member_and_an_array_of_three_end_where_the_official_loop_ends(world
                 losses[k].append(float(terms["total"]))
         for j, ((k, _), (student, trace)) in enumerate(zip(members, refs, strict=True)):
             assert trace.kinds.count("pair") == trainer.total_steps // 3 + 2  # steps 0,3,..,15 twice
-            # clipping bites (every caption step: norms ~20-40; text steps ~0.02)
+            # clipping bites, on every caption step at least (seen: norms up to 90)
             assert sum(n > 1.0 for n in trace.grad_norms) >= trace.kinds.count("pair")
             assert_member_matches(trainer, j, student, trace, losses[k])
 
 
-@pytest.mark.parametrize("method, lr, loss_gap", [("mcse", 3e-4, 1e-2), ("dalr", 1e-4, 1e-3)])
-def test_the_reference_tells_torch_adamw_apart(world, method, lr, loss_gap):
+@pytest.mark.parametrize("method", ["mcse", "dalr"])
+def test_the_reference_tells_torch_adamw_apart(world, method):
     """optimizer=torch (eps after the bias correction, a head without a gradient skipped) ends far
-    from the official loop: the comparison above is not vacuous. Seen: MCSE losses 8.4e-2 and
-    weights 2.4e-3 apart; DALR (at one of its compared lrs, where its text term dominates the
-    loss) 2.7e-3 and 6.8e-4 apart, 270 and 68 times the tolerance (8.6e-3 and 2.1e-3 at 3e-4)."""
+    from the official loop: the comparison above is not vacuous (seen at lr 3e-4: MCSE losses
+    1.4e-1 and weights 1.4e-3 apart, DALR 1.8e-2 and 9.4e-4)."""
     torch.set_num_threads(1)
-    cfg = member(world, method, 0, lr).with_overrides({"optimizer": "torch"})
+    cfg = member(world, method, 0, 3e-4).with_overrides({"optimizer": "torch"})
     trainer = ArrayTrainer([("solo", cfg)])
     student, trace = reference_run(world, trainer, 0, method, cfg)
     losses = [float(trainer.train_step()["solo"]["total"]) for _ in range(trainer.total_steps)]
@@ -168,7 +169,7 @@ def test_the_reference_tells_torch_adamw_apart(world, method, lr, loss_gap):
     weights = max((ours[k] - v).abs().max().item() for k, v in student.state_dict().items()
                   if v.dtype.is_floating_point and not is_bn_stat(k))
     print(f"{method}: optimizer=torch ends {gap:.3g} (losses), {weights:.3g} (weights) away")
-    assert gap > loss_gap and weights > 10 * TOL
+    assert gap > 1e-2 and weights > 10 * TOL
 
 
 @pytest.mark.xfail(strict=True, reason="known departure: the array moves DALR's aligner BatchNorm "
@@ -203,3 +204,4 @@ def test_max_steps_above_the_epochs_adds_epochs_and_the_lr_decays_over_it(world)
         trainer.train_step()
     assert lrs[32] == pytest.approx(1e-4 * (1 - 32 / 40)) and lrs[-1] == pytest.approx(1e-4 / 40)
     assert trainer.members[0].schedule.global_step == 40
+
