@@ -1,4 +1,4 @@
-"""An independent reference of the official training loop (docs/official-code.md §2, §4, §5),
+"""An independent reference of the official training loop (docs/official-code.md §2, §4-§6),
 written from the doc and sharing no code with ``trainables/arrays`` or ``trainables/objectives``:
 a Hugging Face ``BertModel``, the SimCSE MLP pooler, the method's heads, ``transformers.AdamW``
 4.x written out, torch's ``LambdaLR`` linear decay, ``clip_grad_norm_`` at 1.0, torch 1.7's
@@ -9,6 +9,11 @@ The loaders are as the project's schedule documents them (a fresh permutation pe
 ``PCG64(SeedSequence([seed, 0 | 1]))``, the last batch of a pass short): the order of the rows is
 the one thing the reference takes as given, since the official order came from an unseeded
 ``DataLoader`` shuffle that no re-implementation reproduces.
+
+DALR's ListMLE permutes the columns with ``torch.randperm`` before its sort (a tie-break, §6.3).
+The reference draws it from a generator of its own: on rows whose teacher scores are distinct the
+sort undoes any permutation, so the loss does not depend on the stream (the test's captions are
+distinct; equal captions would tie and make the term depend on it).
 """
 
 from __future__ import annotations
@@ -120,21 +125,104 @@ def kdmcse_loss(z1, z2, p1, p2, v, t, img, clip_text, lam, m1=0.15, m2=0.15, tau
     return loss + lam * (l_v + l_t)
 
 
+def kl(student_logits, teacher_logits):
+    """``KLContrastiveSimLoss``: F.kl_div(log softmax(student / 0.45), softmax(teacher / 0.5),
+    'batchmean'), row softmaxes (§6.3)."""
+    return F.kl_div(F.log_softmax(student_logits / 0.45, dim=1),
+                    F.softmax(teacher_logits / 0.5, dim=1), reduction="batchmean")
+
+
+def list_mle(student, teacher, gen, eps=1e-7):
+    """``ListMLE`` (§6.3): the whole row, columns permuted by one randperm, sorted by teacher score
+    descending; sum_k log(sum_{l>=k} e^(s_l - M) + 1e-7) - (s_k - M), mean over rows."""
+    perm = torch.randperm(student.shape[1], generator=gen)
+    s, t = student[:, perm], teacher[:, perm]
+    order = t.argsort(dim=1, descending=True)
+    ranked = torch.gather(s, 1, order)
+    ranked = ranked - ranked.max(dim=1, keepdim=True).values
+    losses = []
+    for k in range(ranked.shape[1]):
+        losses.append(torch.log(ranked[:, k:].exp().sum(dim=1) + eps) - ranked[:, k])
+    return torch.stack(losses, dim=1).sum(dim=1).mean()
+
+
+def g2l(local, z, mask, tau=0.05):
+    """``in_batch_g2l_loss`` (§6.3): ``local`` (bs, K, d) normalised over the token axis (padding
+    included); for each real token k of sentence i, -log softmax([pos, negatives])[0] with
+    pos = <l_ik, z_i>/tau and negatives <l_jk', z_i>/tau over j != i and real k' (others -10000,
+    padding positives +10000); sum over k / real tokens, mean over sentences."""
+    n, k, _ = local.shape
+    loc = local / local.norm(dim=1, keepdim=True)
+    real = mask.bool()
+    rows = []
+    for i in range(n):
+        pos = (loc[i] @ z[i]) / tau  # (K,)
+        pos = torch.where(real[i], pos, torch.full_like(pos, 10000.0))
+        neg = (loc @ z[i]) / tau  # (n, K)
+        keep = real.clone()
+        keep[i] = False
+        neg = torch.where(keep, neg, torch.full_like(neg, -10000.0)).reshape(-1)
+        logits = torch.cat([pos[:, None], neg[None, :].expand(k, -1)], dim=1)
+        loss_k = -F.log_softmax(logits, dim=1)[:, 0]
+        rows.append(loss_k.sum() / real[i].sum())
+    return torch.stack(rows).mean()
+
+
+def dalr_loss(z1, z2, p1, p2, v, img, teacher_embs, teacher_locals, weights, mask,
+              text_aligned, image_aligned, image_aligned_rolled, gen, m1=0.18, m2=0.18, tau=0.05,
+              tau_vl=0.05, tau2=0.05):
+    """§6.2-§6.3, the HEAD weights: L = L_cl + 0.1 (0.01 L_cons + L_CMA + L_cross)
+    + 0.2 (L_IMA + L_rank + L_g2l) on a pair batch, L_cl on a text batch."""
+    s_zz = arc_sim(z1, z2, tau, m1)
+    loss = ce(s_zz)
+    if v is None:
+        return loss
+    with torch.no_grad():
+        s_t = sum(w * cos_matrix(e, e) / tau2 for w, e in zip(weights, teacher_embs, strict=True))
+        f_t = sum(w * e for w, e in zip(weights, teacher_embs, strict=True))
+        local_t = sum(w * e for w, e in zip(weights, teacher_locals, strict=True))
+        v_hat = F.normalize(img, dim=-1)
+    bs = z1.shape[0]
+    cons = nn.CosineEmbeddingLoss(margin=0.2)(
+        torch.cat([text_aligned, text_aligned]), torch.cat([image_aligned, image_aligned_rolled]),
+        torch.cat([torch.ones(bs), -torch.ones(bs)]))
+    s = arc_sim(z1, v_hat, tau, m1)
+    cma = 0.5 * (kl(s.t(), cos_matrix(v_hat, v_hat)) + kl(s, cos_matrix(f_t, f_t)))
+    s_img = cos_matrix(img, img)
+    cross_info = 0.5 * (ce(arc_sim(p1, v, tau_vl, m2, s_img)) + ce(arc_sim(p2, v, tau_vl, m2, s_img)))
+    ima = kl(s_zz, cos_matrix(f_t, f_t))
+    rank = 1.0 * list_mle(s_zz, s_t, gen)
+    local_loss = 0.5 * (g2l(local_t, z1, mask[:, 1:]) + g2l(local_t, z1, mask[:, 1:]))
+    cross = 0.01 * cons + cma + cross_info
+    intra = ima + rank + local_loss
+    return loss + 0.1 * cross + 0.2 * intra
+
+
 # --- model ---------------------------------------------------------------------------------
 def tanh_head(d_in, d_out):
     return nn.Sequential(nn.Linear(d_in, d_out), nn.Tanh())
 
 
+def aligner(d_in, shared=None, d_out=256):
+    """DALR's ``text_aligner`` / ``image_aligner``: Linear-BN-ReLU-Linear(., 256)-BN-ReLU (§6.1)."""
+    shared = shared or d_in
+    return nn.Sequential(nn.Linear(d_in, shared), nn.BatchNorm1d(shared), nn.ReLU(),
+                         nn.Linear(shared, d_out), nn.BatchNorm1d(d_out), nn.ReLU())
+
+
 class RefStudent(nn.Module):
     """BertForCL: a BertModel, the MLP pooler on [CLS] (z), grounding heads on [CLS] (l_pool)."""
 
-    def __init__(self, bert, hidden, proj, image_dim, clip_dim=None):
+    def __init__(self, bert, hidden, proj, image_dim, clip_dim=None, aligners=False):
         super().__init__()
         self.bert = bert
         self.mlp = tanh_head(hidden, hidden)
         self.grounding = tanh_head(hidden, proj)
         self.image_head = tanh_head(image_dim, proj)
         self.clip_text_head = tanh_head(clip_dim, proj) if clip_dim else None
+        # DALR's consistency module (its unused sim_classifier never gets a gradient: left out)
+        self.text_aligner = aligner(hidden) if aligners else None
+        self.image_aligner = aligner(image_dim, hidden) if aligners else None
 
     def forward(self, ids, mask):
         bs = ids.shape[0]
@@ -144,6 +232,33 @@ class RefStudent(nn.Module):
         z = self.mlp(cls)
         p = F.normalize(self.grounding(cls), dim=-1)
         return z[:, 0], z[:, 1], p[:, 0], p[:, 1]
+
+
+class RefTeacher:
+    """DALR's frozen text teacher (§6.1): a Hugging Face ``BertModel`` in eval mode under no_grad,
+    fed the student's ids; emb = [CLS] (``cls_before_pooler``), local = every other token."""
+
+    def __init__(self, bert):
+        self.bert = bert.eval().requires_grad_(False)
+
+    @torch.no_grad()
+    def encode(self, ids, mask):
+        h = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        return h[:, 0], h[:, 1:]
+
+
+def dalr_step_loss(student, teachers, ids, mask, z1, z2, p1, p2, v, img, gen):
+    if v is None:
+        return dalr_loss(z1, z2, p1, p2, None, None, (), (), (), mask, None, None, None, gen)
+    # the official loop feeds the teachers both views' ids (2bs rows, §6.1); they are
+    # deterministic, so view 2 repeats view 1 and one pass is enough
+    embs, locals_ = zip(*(t.encode(ids, mask) for t, _ in teachers), strict=True)
+    # ConsistencySimilarityModule is called on the matched and on the rolled images, both in
+    # train mode (the BatchNorm running statistics move twice a caption step)
+    ta, ia = student.text_aligner(z1), student.image_aligner(img)
+    _, ia_rolled = student.text_aligner(z1), student.image_aligner(img.roll(5, 0))
+    return dalr_loss(z1, z2, p1, p2, v, img, embs, locals_, [w for _, w in teachers], mask,
+                     ta, ia, ia_rolled, gen)
 
 
 # --- loop ----------------------------------------------------------------------------------
@@ -172,7 +287,8 @@ class Trace:
 
 def train(student: RefStudent, method: str, texts: list[str], captions: list[str], image: np.ndarray,
           clip_text: np.ndarray, tokenize: Callable, *, lr: float, bs: int, epochs: int, seed: int,
-          lam: float, max_norm: float = 1.0) -> Trace:
+          lam: float, max_norm: float = 1.0,
+          teachers: Sequence[tuple[RefTeacher, float]] = ()) -> Trace:
     """``train_mix.py``'s loop: LambdaLR(1 - step / total), no warmup; clip; step; zero_grad."""
     text_batches, pair_batches = math.ceil(len(texts) / bs), math.ceil(len(captions) / bs)
     paired_sample_step = text_batches // pair_batches
@@ -182,6 +298,7 @@ def train(student: RefStudent, method: str, texts: list[str], captions: list[str
     opt = HFAdamW(params, lr=lr, eps=1e-6, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, (total - s) / total))
     text_loader, pair_loader = Loader(len(texts), bs, seed, 0), Loader(len(captions), bs, seed, 1)
+    listmle = torch.Generator().manual_seed(seed)  # any stream: see the module docstring
     trace = Trace()
     student.train()
     for _epoch in range(epochs):
@@ -200,6 +317,8 @@ def train(student: RefStudent, method: str, texts: list[str], captions: list[str
             v = F.normalize(student.image_head(img), dim=-1) if pair else None
             if method == "mcse":
                 loss = mcse_loss(z1, z2, p1, p2, v, lam)
+            elif method == "dalr":
+                loss = dalr_step_loss(student, teachers, ids, mask, z1, z2, p1, p2, v, img, listmle)
             else:
                 t = F.normalize(student.clip_text_head(ct), dim=-1) if pair else None
                 loss = kdmcse_loss(z1, z2, p1, p2, v, t, img, ct, lam)
@@ -208,6 +327,6 @@ def train(student: RefStudent, method: str, texts: list[str], captions: list[str
             opt.step()
             sched.step()
             zero_grad_torch17(params)
-            trace.losses.append(float(loss))
+            trace.losses.append(float(loss.detach()))
             trace.kinds.append("pair" if pair else "text")
     return trace
