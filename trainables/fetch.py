@@ -533,7 +533,9 @@ def _say_manual(manual: tuple[Manual, ...], say: Callable[[str], None]) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from trainables.runtime.command_line import Parser
+
+    p = Parser(
         prog="python -m trainables.fetch",
         description="Download what a profile reads into $MMEMB_DATA and the Hugging Face cache, "
                     "each file checked by size and hash; resumable; a second run checks and "

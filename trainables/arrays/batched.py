@@ -37,8 +37,12 @@ from trainables.objectives import TeacherInputs, compute_objective, masked_fract
 from trainables.objectives.core import PreDrawn
 
 if TYPE_CHECKING:
-    from trainables.arrays.trainer import ArrayTrainer, Member
     from trainables.data.batches import Batch
+
+# The trainer's types, by name only: trainables.arrays.trainer imports this module, and an
+# import back (even under TYPE_CHECKING) would make a cycle (tests/test_imports.py).
+ArrayTrainer = Any
+Member = Any
 
 Terms = dict[str, torch.Tensor]
 
