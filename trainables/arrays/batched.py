@@ -86,6 +86,10 @@ def _stacked_leaf(params: list[torch.nn.Parameter]) -> torch.Tensor:
     stacked = torch.stack([p.detach() for p in params]).requires_grad_(params[0].requires_grad)
     if stacked.requires_grad:
         def hand_out(grad: torch.Tensor) -> None:
+            # vmap's weight gradients can come transposed (strides of W^T); the optimizer's fused
+            # kernel reads a gradient in its parameter's layout, so one copy here, per stacked
+            # tensor, not per member
+            grad = grad.contiguous()
             for p, g in zip(params, grad.unbind(0), strict=True):
                 p.grad = g if p.grad is None else p.grad + g
 

@@ -236,7 +236,11 @@ class ArrayAdamW:
             by_key: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
             for p, g, m, v in quads:
                 lists = by_key.setdefault((p.device, p.dtype), [[], [], [], []])
-                for dst, t in zip(lists, (p, g if g.dtype == p.dtype else g.to(p.dtype), m, v), strict=True):
+                # the fused kernel walks a gradient in its parameter's memory order: a gradient
+                # with other strides (a transposed view) would be applied to the wrong elements
+                g = g if g.dtype == p.dtype else g.to(p.dtype)
+                g = g if g.stride() == p.stride() else g.contiguous()
+                for dst, t in zip(lists, (p, g, m, v), strict=True):
                     dst.append(t)
             for (dev, _), (ps, gs, ms, vs) in by_key.items():
                 step = torch.tensor(float(s), dtype=torch.float32, device=dev)

@@ -104,3 +104,21 @@ def test_the_two_updates_differ_where_the_issue_says():
 def test_unknown_optimizer_is_refused():
     with pytest.raises(ValueError, match="optimizer='adam'"):
         ArrayAdamW([], [[]], [MemberHyper(1.0, 0.0, 1e-6, 1.0, "adam")], 10)
+
+
+@pytest.mark.parametrize("fused", [True, False] if optim.FUSED else [False])
+def test_a_gradient_in_another_layout_updates_the_right_elements(fused, monkeypatch):
+    """vmap hands a head's weight gradient over as a transposed view (other strides than the
+    weight's); the update must be the one of the same gradient laid out as the weight."""
+    monkeypatch.setattr(optim, "FUSED", fused)
+    g = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    out = []
+    for grad in (g.clone(), g.t().contiguous().t()):  # equal values, transposed strides
+        p = torch.nn.Parameter(torch.zeros(5, 4))
+        opt = ArrayAdamW([], [[p]], [MemberHyper(1e-2, 0.0, 1e-6, 1e9, "official")], 10)
+        p.grad = grad
+        assert p.grad.stride() == grad.stride()
+        opt.step()
+        out.append(p.detach().clone())
+    assert torch.equal(out[0], out[1])
+    torch.testing.assert_close(out[0], -1e-2 * g.sign(), rtol=1e-3, atol=1e-6)
