@@ -110,5 +110,5 @@ def test_cli_refuses_a_schedule_that_cannot_run_before_ray_starts(tiny_bert, tmp
                      f"data.text={tmp_path / 'wiki.txt'}", f"data.pairs={tmp_path / 'pairs.parquet'}",
                      f"data.senteval={tmp_path / 'senteval'}", "batch_size=8"])
     err = capsys.readouterr().err
-    assert rc == 2 and "4 pair batches > 1 text batches" in err and "mode='proportional'" in err, err
+    assert rc == 2 and "4 pair batches > 1 text batches" in err and "schedule=proportional" in err, err
     assert ray.is_initialized() == was  # refused before Ray

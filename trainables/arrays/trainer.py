@@ -392,8 +392,11 @@ class ArrayTrainer:
             both = torch.cat([member_bad, torch.nan_to_num(shares.float(), nan=0.0)])
             dist.all_reduce(both)
             member_bad, shares = both[: len(names)], both[len(names):] / self.world
-        bad_list, ok_list, vals, share_list = (member_bad.tolist(), ok.tolist(), flat.tolist(),
-                                               shares.tolist())
+        # one read-back for the array: the members' flags, the filter shares and every value
+        back = torch.cat([member_bad.float(), shares.float(), flat]).tolist()
+        bad_list, share_list = back[: len(names)], back[len(names): len(names) + shares.numel()]
+        vals = back[len(names) + shares.numel():]
+        ok_list = [math.isfinite(v) for v in vals]
         out: dict[int, str] = {}
         errors = getattr(self, "_step_errors", {})
         for j, ks in enumerate(names):

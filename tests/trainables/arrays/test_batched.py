@@ -195,4 +195,4 @@ def test_the_step_reads_nothing_back_but_the_finite_check(tiny_bert, cache, monk
     for _ in range(STEPS):
         t.train_step()
     assert len(seen) == STEPS and all(mine == read for mine, read in seen)
-    assert len(reads) == 2 * STEPS  # _inspect: the finite flags and the values, one sync
+    assert len(reads) == STEPS  # _inspect: the flags, the filter shares and the values, one sync
