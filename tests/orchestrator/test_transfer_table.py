@@ -82,7 +82,7 @@ def test_paper_dry_run_names_every_tr_file(tmp_path, tiny_bert, capsys, monkeypa
     import ray
 
     from orchestrator import ablate
-    from trainables.config.profiles import TEACHER_DIRS, paper_profile
+    from trainables.config.profiles import MCSE_STORE, TEACHER_DIRS, paper_profile
     from trainables.data.demo_corpus import generate_demo
 
     data = tmp_path / "data"
@@ -90,6 +90,7 @@ def test_paper_dry_run_names_every_tr_file(tmp_path, tiny_bert, capsys, monkeypa
     data.mkdir()
     shutil.copy(demo.text_file, data / "wiki1m_for_simcse.txt")
     shutil.copy(demo.pairs_store, data / "flickr30k_clip_vitl14.parquet")
+    shutil.copy(demo.pairs_store, data / MCSE_STORE)  # MCSE reads its own file (issue 29)
     root = data / "senteval" / "downstream"
     shutil.copytree(demo.senteval_dir, root)  # STS from the demo corpus
     write_transfer_data(root, n=14)  # fewer than 20 per class: too few for full mode's folds
