@@ -73,7 +73,8 @@ from trainables.data.batches import Batch  # noqa: E402
 from trainables.evaluation.sts import cosine_rows, spearman100  # noqa: E402
 from trainables.models.student import Student, StudentConfig  # noqa: E402
 from trainables.models.teachers import TextTeacher  # noqa: E402
-from trainables.objectives import ObjectiveConfig, TeacherInputs, compute_objective  # noqa: E402
+from trainables.objectives import TeacherInputs, compute_objective  # noqa: E402
+from trainables.objectives.methods import get as get_method  # noqa: E402
 from trainables.testing import WORDS, write_bert_tokenizer  # noqa: E402
 
 METHODS = ("mcse", "kdmcse", "dalr")
@@ -261,7 +262,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
     for i in range(members):
         m = mix[i % len(mix)]
         cfgs.append((f"{m}/m{i}", RunConfig(
-            objective=ObjectiveConfig(method=m), encoder=str(ws.encoder),
+            objective=get_method(m).settings(), encoder=str(ws.encoder),
             text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
             max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=seeds[i],
             precision=bc.precision, final_eval=False,
@@ -285,11 +286,11 @@ class OfficialStep:
 
     def __init__(self, bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str):
         self.device, self.kind, self.data = torch.device(bc.device), bc.kind, data
-        self.obj = ObjectiveConfig(method=method).resolved()
+        self.obj = get_method(method).settings().resolved()
         torch.manual_seed(bc.seed)
         self.student = Student(StudentConfig(
             encoder=str(ws.encoder), method=method, image_dim=data.image_dim,
-            clip_text_dim=data.clip_text_dim if self.obj.clip_text_term else None,
+            clip_text_dim=data.clip_text_dim if getattr(self.obj, "clip_text_term", False) else None,
         )).to(self.device).train()
         self.teachers = ([TextTeacher(p, dtype=torch.float32, device=self.device) for p in ws.teachers]
                          if method == "dalr" else [])

@@ -13,7 +13,7 @@ import torch
 from orchestrator import ablate
 from orchestrator.tracking.client import Tracker
 from tests.trainables.objectives.references import batch, close, ref_ce, ref_cos_matrix, rows
-from trainables.objectives import ObjectiveConfig, compute_objective
+from trainables.objectives import MCSESettings, compute_objective
 from trainables.objectives.methods import get, load_methods
 from trainables.testing import write_tiny_profile
 
@@ -48,7 +48,7 @@ def test_soft_grounding_matches_its_loop_reference():
 def test_alpha_zero_is_mcse_and_alpha_changes_the_loss():
     st, te = batch(seed=42)
     s0 = get("softground").settings(alpha=0.0)
-    mcse = compute_objective(ObjectiveConfig(method="mcse"), st, te)
+    mcse = compute_objective(MCSESettings(), st, te)
     mine = compute_objective(s0, st, te)
     assert close(mine["grounding"], mcse["grounding_image"], 1e-12)
     assert close(mine["total"], mcse["total"], 1e-12) and close(mine["text"], mcse["text"], 1e-15)

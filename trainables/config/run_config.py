@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainables.objectives import ObjectiveConfig
 from trainables.objectives.methods import DEFAULT_METHOD, Needs, Settings, get, method_of, names
 from trainables.runtime.checks import (
     NON_NEGATIVE,
@@ -128,10 +127,6 @@ class RunConfig:
     10 folds, Adam) or 'fast' (its fasttest mode: 5 folds, RMSprop). The files are read from
     data.senteval; on the demo profile, whose STS data is generated, they are evaluated only when
     data.senteval names the real SentEval folder (otherwise the run logs no transfer/ metrics)"""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.objective, ObjectiveConfig):  # a script's flat config: its method's
-            object.__setattr__(self, "objective", self.objective.settings())
 
     # --- identity -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def sample_filter(text: np.ndarray, image: np.ndarray, threshold: float, on: str
 
     ``text`` and ``image`` are the store's (rows, d) ``clip_text`` and image columns (memory-
     mapped arrays are fine: only the sampled rows are read). ``on`` is 'dot' (raw dot products,
-    the code) or 'cosine' (the paper's reading), as ``ObjectiveConfig.threshold_on``.
+    the code) or 'cosine' (the paper's reading), as the settings' ``threshold_on`` (MCSE/KDMCSE).
     """
     if on not in ("dot", "cosine"):
         raise ValueError(f"threshold_on={on!r}; use 'dot' or 'cosine'")

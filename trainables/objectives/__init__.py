@@ -6,8 +6,7 @@
 - ``grounding``: MCSE-style grounding (terms, settings, heads, store checks), MCSE's and KDMCSE's.
 - ``simcse``, ``mcse``, ``kdmcse``, ``dalr``: the built-in methods, each its settings (defaults =
   the official code's values), needs, heads and terms as pure functions.
-- ``composition``: ``compute_objective`` for any method, and ``ObjectiveConfig``, the flat config
-  of the four built-in methods kept for scripts.
+- ``composition``: ``compute_objective`` for any method, given that method's settings.
 
 The submodules import each other directly, never through this package, which only re-exports
 their public names.
@@ -15,7 +14,6 @@ their public names.
 
 from trainables.objectives.composition import (
     METHODS,
-    ObjectiveConfig,
     compute_objective,
 )
 from trainables.objectives.core import (
@@ -77,7 +75,6 @@ __all__ = [
     "Method",
     "NegativeFilter",
     "Needs",
-    "ObjectiveConfig",
     "Settings",
     "SimCSESettings",
     "StoreView",

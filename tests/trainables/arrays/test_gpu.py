@@ -16,7 +16,8 @@ import torch
 from tests.trainables.arrays.harness import Reports, cfg, kill_and_resume
 from tests.trainables.objectives.references import batch as objective_batch
 from trainables.arrays.trainer import ArrayTrainer
-from trainables.objectives import ObjectiveConfig, StudentOutputs, TeacherInputs, compute_objective
+from trainables.objectives import StudentOutputs, TeacherInputs, compute_objective
+from trainables.objectives.methods import get
 
 pytestmark = [
     pytest.mark.gpu,
@@ -106,7 +107,7 @@ def test_a_mixed_array_trains_on_cuda_in_bf16(tiny_bert, cache, tmp_path):
 
 @pytest.mark.parametrize("method", ["mcse", "kdmcse", "dalr"])
 def test_objective_on_cuda_matches_cpu(method):
-    ocfg = ObjectiveConfig(method=method, threshold=0.3 if method == "kdmcse" else None)
+    ocfg = get(method).settings(**({"threshold": 0.3} if method == "kdmcse" else {}))
     st, te = objective_batch(seed=31)
     cpu = compute_objective(ocfg, st, te, generator=torch.Generator().manual_seed(3))
     st_c, te_c = _to(st, "cuda"), _to(te, "cuda")

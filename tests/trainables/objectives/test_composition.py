@@ -1,4 +1,4 @@
-"""trainables.objectives.composition: resolved configs, per-method totals and switches.
+"""trainables.objectives.composition: each method's settings, per-method totals and switches.
 
 Every total is rebuilt from the loop references (tests/trainables/objectives/references.py).
 """
@@ -28,18 +28,24 @@ from tests.trainables.objectives.references import (
     rows,
     transpose,
 )
+from trainables.config.run_config import RunConfig
 from trainables.objectives.composition import (
-    ObjectiveConfig,
     StudentOutputs,
     TeacherInputs,
     compute_objective,
 )
+from trainables.objectives.methods import get
 
 
-def test_resolved_defaults():
-    r = {m: ObjectiveConfig(method=m).resolved() for m in ("simcse", "mcse", "kdmcse", "dalr")}
+def settings(method: str, **values):
+    """The method's own settings (its dataclass's defaults, ``values`` changed)."""
+    return get(method).settings(**values)
+
+
+def test_settings_defaults():
+    r = {m: settings(m) for m in ("simcse", "mcse", "kdmcse", "dalr")}
     assert (r["mcse"].lam, r["kdmcse"].lam, r["dalr"].lam) == (0.01, 0.01, 0.1)
-    assert (r["dalr"].mu, r["mcse"].mu) == (0.2, 0.0)
+    assert r["dalr"].mu == 0.2 and not hasattr(r["mcse"], "mu")
     assert (
         r["kdmcse"].text_margin,
         r["dalr"].text_margin,
@@ -51,46 +57,49 @@ def test_resolved_defaults():
         r["dalr"].grounding_margin,
         r["mcse"].grounding_margin,
     ) == (0.15, 0.18, 0.0)
-    assert (r["kdmcse"].clip_text_term, r["mcse"].clip_text_term, r["dalr"].clip_text_term) == (
-        True,
-        False,
-        False,
-    )
-    assert ObjectiveConfig(method="kdmcse", lam=0.5).resolved().lam == 0.5
+    assert (r["kdmcse"].clip_text_term, r["mcse"].clip_text_term) == (True, False)
+    assert not hasattr(r["dalr"], "clip_text_term")
+    assert settings("kdmcse", lam=0.5).resolved().lam == 0.5
     assert r["dalr"].resolved() == r["dalr"]  # idempotent
 
 
 @pytest.mark.parametrize(
     "change, words",
     [
-        ({"method": "infocse"}, "unknown objective method"),
+        ({"method": "infocse"}, "not a known method"),
         ({"temperature": -0.05}, "temperature"),
         ({"temperature_vl": 0.0}, "temperature_vl"),
         ({"method": "kdmcse", "text_margin": math.pi}, "text_margin"),
         ({"method": "kdmcse", "grounding_margin": -0.1}, "grounding_margin"),
         ({"lam": -1.0}, "lam"),
-        ({"method": "dalr", "threshold": 0.8}, "threshold"),
-        ({"method": "dalr", "clip_text_term": True}, "clip_text_term"),
         ({"threshold_on": "l2"}, "threshold_on"),
-        ({"teacher_weights": ()}, "teacher_weights"),
-        ({"consistency_margin": 2.0}, "consistency_margin"),
-        ({"g2l_normalize": "rows"}, "g2l_normalize"),
+        ({"method": "dalr", "teacher_weights": ()}, "teacher_weights"),
+        ({"method": "dalr", "teacher_weights": (0.0, 0.0)}, "teacher_weights"),
+        ({"method": "dalr", "consistency_margin": 2.0}, "consistency_margin"),
+        ({"method": "dalr", "g2l_normalize": "rows"}, "g2l_normalize"),
     ],
 )
 def test_config_validation(change, words):
     with pytest.raises(ValueError, match=words) as err:
-        ObjectiveConfig(**change).resolved()
+        settings(**{"method": "mcse", **change}).resolved()
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["threshold", "clip_text_term"])
+def test_a_setting_the_method_has_not_is_refused(key):
+    # DALR has no false-negative filter and no CLIP-text term: its settings have no such field
+    with pytest.raises(ValueError, match=f"unknown setting 'objective.{key}' for method 'dalr'"):
+        RunConfig().with_overrides({"objective.method": "dalr", f"objective.{key}": 0.8})
 
 
 def test_text_batch_and_simcse():
     st, te = batch(seed=7)
     Z1, Z2 = rows(st.z1), rows(st.z2)
     for method, m in (("simcse", 0.0), ("mcse", 0.0), ("kdmcse", 0.15), ("dalr", 0.18)):
-        out = compute_objective(ObjectiveConfig(method=method), st, None)
+        out = compute_objective(settings(method), st, None)
         assert set(out) == {"text", "total"}
         assert close(out["total"], ref_ce(ref_arcsim(Z1, Z2, 0.05, m)))
-    out = compute_objective(ObjectiveConfig(method="simcse"), st, te)  # captions are just text
+    out = compute_objective(settings("simcse"), st, te)  # captions are just text
     assert set(out) == {"text", "total"} and close(
         out["total"], ref_ce(ref_arcsim(Z1, Z2, 0.05, 0.0))
     )
@@ -101,10 +110,10 @@ def test_mcse_total():
     P1, P2, V = rows(st.p1), rows(st.p2), rows(st.v)
     g = (ref_ce(ref_arcsim(P1, V, 0.05, 0.0)) + ref_ce(ref_arcsim(P2, V, 0.05, 0.0))) / 2
     text = ref_ce(ref_arcsim(rows(st.z1), rows(st.z2), 0.05, 0.0))
-    out = compute_objective(ObjectiveConfig(method="mcse"), st, te)
+    out = compute_objective(settings("mcse"), st, te)
     assert set(out) == {"text", "grounding_image", "inter", "total"}
     assert close(out["total"], text + 0.01 * g)
-    out = compute_objective(ObjectiveConfig(method="mcse", paper_reading=True), st, te)
+    out = compute_objective(settings("mcse", paper_reading=True), st, te)
     assert close(out["total"], text + 0.01 * 2 * g)  # paper l^M sums the views
 
 
@@ -131,7 +140,7 @@ def kdmcse_ref(st, te, threshold=None, form="code"):
 def test_kdmcse_total_and_switches():
     st, te = batch(seed=9)
     text, lv, lt = kdmcse_ref(st, te)
-    base = ObjectiveConfig(method="kdmcse")
+    base = settings("kdmcse")
     out = compute_objective(base, st, te)
     assert set(out) == {"text", "grounding_image", "grounding_text", "inter", "total"}
     assert close(out["grounding_image"], lv) and close(out["grounding_text"], lt)
@@ -215,27 +224,27 @@ def test_dalr_total_and_each_switch():
     st, te = batch(seed=11)
     ref = dalr_ref(st, te)
     all_on = set(ref)
-    out = compute_objective(ObjectiveConfig(method="dalr"), st, te)
+    out = compute_objective(settings("dalr"), st, te)
     for k, v in ref.items():
         assert close(out[k], v), k
     assert close(out["total"], dalr_total(ref, all_on))
     for switch, term in SWITCHES.items():
-        off = compute_objective(ObjectiveConfig(method="dalr", **{switch: False}), st, te)
+        off = compute_objective(settings("dalr", **{switch: False}), st, te)
         assert term not in off
         assert close(off["total"], dalr_total(ref, all_on - {term})), switch
     # w/o L_CML (cons + cma) and w/o L_IML (ima + rank) are two switches each
     off = compute_objective(
-        ObjectiveConfig(method="dalr", use_consistency=False, use_cma=False), st, te
+        settings("dalr", use_consistency=False, use_cma=False), st, te
     )
     assert close(off["total"], dalr_total(ref, all_on - {"consistency", "cma"}))
-    off = compute_objective(ObjectiveConfig(method="dalr", use_ima=False, use_rank=False), st, te)
+    off = compute_objective(settings("dalr", use_ima=False, use_rank=False), st, te)
     assert close(off["total"], dalr_total(ref, all_on - {"ima", "rank"}))
 
 
 def test_dalr_paper_reading():
     st, te = batch(seed=12)
     ref = dalr_ref(st, te)
-    out = compute_objective(ObjectiveConfig(method="dalr", paper_reading=True), st, te)
+    out = compute_objective(settings("dalr", paper_reading=True), st, te)
     assert "g2l" not in out
     assert close(out["total"], dalr_total(ref, set(ref), paper=True))
     assert close(out["cross"], ref["consistency"] + ref["cma"])
@@ -245,14 +254,14 @@ def test_dalr_paper_reading():
 def test_dalr_empty_local_gives_zero_g2l_and_resnet_needs_cma_off():
     st, te = batch(seed=13)
     te0 = TeacherInputs(image=te.image, clip_text=te.clip_text, text_teachers=te.text_teachers)
-    out = compute_objective(ObjectiveConfig(method="dalr"), st, te0)
+    out = compute_objective(settings("dalr"), st, te0)
     assert out["g2l"].item() == 0.0
     ref = dalr_ref(st, te)
     assert close(out["total"], dalr_total(ref, set(ref) - {"g2l"}))
     st, te = batch(seed=13, dv=10)  # a "ResNet" feature: 10-d, student 6-d
     with pytest.raises(ValueError, match="use_cma=False"):
-        compute_objective(ObjectiveConfig(method="dalr"), st, te)
-    out = compute_objective(ObjectiveConfig(method="dalr", use_cma=False), st, te)
+        compute_objective(settings("dalr"), st, te)
+    out = compute_objective(settings("dalr", use_cma=False), st, te)
     assert torch.isfinite(out["total"])
 
 
@@ -262,16 +271,16 @@ def test_input_errors():
         image=te.image, text_teachers=te.text_teachers[:1], text_teacher_local=te.text_teacher_local
     )
     with pytest.raises(ValueError, match="teacher_weights has 2"):
-        compute_objective(ObjectiveConfig(method="dalr"), st, bad)
+        compute_objective(settings("dalr"), st, bad)
     none = TeacherInputs(image=te.image)
     with pytest.raises(ValueError, match="use_cma/use_ima/use_rank=False"):
-        compute_objective(ObjectiveConfig(method="dalr"), st, none)
+        compute_objective(settings("dalr"), st, none)
     st.t = None
     with pytest.raises(ValueError, match="StudentOutputs.t"):
-        compute_objective(ObjectiveConfig(method="kdmcse"), st, te)
+        compute_objective(settings("kdmcse"), st, te)
     te_no_text = TeacherInputs(image=te.image)
     with pytest.raises(ValueError, match="clip_text"):
-        compute_objective(ObjectiveConfig(method="mcse", threshold=0.5), st, te_no_text)
+        compute_objective(settings("mcse", threshold=0.5), st, te_no_text)
 
 
 # ===================================================================== gradients and NaN
@@ -285,7 +294,7 @@ def test_gradcheck_composed_totals():
         text_teachers=te.text_teachers,
         text_teacher_local=tuple(x[:, :, :3] for x in te.text_teacher_local),
     )
-    for cfg in (ObjectiveConfig(method="kdmcse", threshold=0.3), ObjectiveConfig(method="dalr")):
+    for cfg in (settings("kdmcse", threshold=0.3), settings("dalr")):
 
         def f(*xs, cfg=cfg):
             s = StudentOutputs(
@@ -315,7 +324,7 @@ def test_identical_views_give_finite_totals_and_gradients():
             image_aligned=st.image_aligned,
             attention_mask=st.attention_mask,
         )
-        out = compute_objective(ObjectiveConfig(method=method), s, te)
+        out = compute_objective(settings(method), s, te)
         out["total"].backward()
         assert (
             torch.isfinite(out["total"])
@@ -333,14 +342,14 @@ def test_float32_and_autocast_run():
         }
     )
     out64 = compute_objective(
-        ObjectiveConfig(method="dalr"), st, te, generator=torch.Generator().manual_seed(1)
+        settings("dalr"), st, te, generator=torch.Generator().manual_seed(1)
     )
     out32 = compute_objective(
-        ObjectiveConfig(method="dalr"), s32, te, generator=torch.Generator().manual_seed(1)
+        settings("dalr"), s32, te, generator=torch.Generator().manual_seed(1)
     )
     assert abs(out32["total"].item() - out64["total"].item()) < 1e-4
     # under bf16 autocast the loss matrices stay float32: same value as without autocast
-    cfg = ObjectiveConfig(method="kdmcse", threshold=0.3)
+    cfg = settings("kdmcse", threshold=0.3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         amp = compute_objective(cfg, s32, te)
     assert amp["total"].dtype != torch.bfloat16
@@ -351,42 +360,41 @@ def test_float32_and_autocast_run():
 
 # ====================================================================== get_config_dict
 def test_config_dict_kdmcse():
-    d = ObjectiveConfig(method="kdmcse").get_config_dict()
+    d = settings("kdmcse").get_config_dict()
     assert d == {
         "method": "kdmcse", "temperature": 0.05, "text_margin": 0.15, "lam": 0.01,
         "temperature_vl": 0.05, "adaptive_margin": True, "grounding_margin": 0.15,
         "clip_text_term": True, "paper_reading": False,
     }
-    explicit = ObjectiveConfig(
-        method="kdmcse", grounding_margin=0.15, text_margin=0.15, lam=0.01, clip_text_term=True
+    explicit = settings("kdmcse", grounding_margin=0.15, text_margin=0.15, lam=0.01, clip_text_term=True
     )
     assert explicit.get_config_dict() == d
-    on = ObjectiveConfig(method="kdmcse", threshold=0.8).get_config_dict()
+    on = settings("kdmcse", threshold=0.8).get_config_dict()
     assert (on["threshold"], on["threshold_on"]) == (0.8, "dot")
-    assert ObjectiveConfig(method="kdmcse", paper_reading=True).get_config_dict()["paper_reading"]
+    assert settings("kdmcse", paper_reading=True).get_config_dict()["paper_reading"]
     # without AdapACSE the grounding margin acts as 0 and is not named
-    off = ObjectiveConfig(method="kdmcse", adaptive_margin=False).get_config_dict()
+    off = settings("kdmcse", adaptive_margin=False).get_config_dict()
     assert off["adaptive_margin"] is False and "grounding_margin" not in off
-    assert off == ObjectiveConfig(method="kdmcse", grounding_margin=0.0).get_config_dict()
+    assert off == settings("kdmcse", grounding_margin=0.0).get_config_dict()
 
 
 def test_config_dict_mcse_and_simcse():
-    d = ObjectiveConfig(method="mcse").get_config_dict()
+    d = settings("mcse").get_config_dict()
     assert d == {
         "method": "mcse", "temperature": 0.05, "text_margin": 0.0, "lam": 0.01,
         "temperature_vl": 0.05, "adaptive_margin": False, "clip_text_term": False,
         "paper_reading": False,
     }
-    assert ObjectiveConfig(method="mcse", threshold_on="cosine").get_config_dict() == d
-    on = ObjectiveConfig(method="mcse", threshold=0.5, clip_text_term=True).get_config_dict()
+    assert settings("mcse", threshold_on="cosine").get_config_dict() == d
+    on = settings("mcse", threshold=0.5, clip_text_term=True).get_config_dict()
     assert (on["threshold"], on["threshold_on"], on["clip_text_term"]) == (0.5, "dot", True)
-    # simcse: the text InfoNCE only, so lam, the DALR switches and paper_reading change nothing
-    s = ObjectiveConfig(method="simcse", lam=0.3, use_rank=False, paper_reading=True)
+    # simcse: the text InfoNCE only
+    s = settings("simcse")
     assert s.get_config_dict() == {"method": "simcse", "temperature": 0.05, "text_margin": 0.0}
 
 
 def test_config_dict_dalr():
-    d = ObjectiveConfig(method="dalr").get_config_dict()
+    d = settings("dalr").get_config_dict()
     assert d == {
         "method": "dalr", "temperature": 0.05, "text_margin": 0.18,
         "use_consistency": True, "use_cma": True, "use_info": True, "use_ima": True,
@@ -399,18 +407,17 @@ def test_config_dict_dalr():
     }
     assert json.loads(json.dumps(d))["teacher_weights"] == [0.33, 0.67]  # loggable as is
     # a switched-off term takes its settings along
-    no_cons = ObjectiveConfig(method="dalr", use_consistency=False).get_config_dict()
+    no_cons = settings("dalr", use_consistency=False).get_config_dict()
     assert no_cons["use_consistency"] is False
     assert not {"consistency_weight", "consistency_margin", "consistency_shift"} & set(no_cons)
     # only L_Info left: no teacher, KL or ranking settings, and mu weighs nothing
-    info = ObjectiveConfig(
-        method="dalr", use_consistency=False, use_cma=False, use_ima=False, use_rank=False,
+    info = settings("dalr", use_consistency=False, use_cma=False, use_ima=False, use_rank=False,
         use_g2l=False,
     ).get_config_dict()
     assert info["lam"] == 0.1 and info["grounding_margin"] == 0.18
     assert not {"teacher_weights", "kl_student_temperature", "rank_gamma", "mu"} & set(info)
     # the paper reading has no g2l and an unweighted consistency term
-    paper = ObjectiveConfig(method="dalr", paper_reading=True).get_config_dict()
+    paper = settings("dalr", paper_reading=True).get_config_dict()
     assert paper["paper_reading"] is True
     assert not {"use_g2l", "g2l_normalize", "consistency_weight"} & set(paper)
 
@@ -420,7 +427,6 @@ def test_config_dict_dalr():
     [
         ({"method": "kdmcse", "adaptive_margin": False}, {"method": "kdmcse", "grounding_margin": 0.0}),
         ({"method": "mcse", "threshold_on": "cosine"}, {"method": "mcse"}),
-        ({"method": "simcse", "lam": 0.3}, {"method": "simcse"}),
         ({"method": "dalr", "use_consistency": False, "consistency_margin": 0.5},
          {"method": "dalr", "use_consistency": False}),
         ({"method": "dalr", "paper_reading": True, "consistency_weight": 0.5, "use_g2l": False},
@@ -428,7 +434,7 @@ def test_config_dict_dalr():
     ],
 )
 def test_equal_config_dicts_compute_equal_objectives(a, b):
-    ca, cb = ObjectiveConfig(**a), ObjectiveConfig(**b)
+    ca, cb = settings(**a), settings(**b)
     assert ca != cb and ca.get_config_dict() == cb.get_config_dict()
     st, te = batch(seed=25)
     out_a, out_b = (

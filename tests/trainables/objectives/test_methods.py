@@ -23,7 +23,7 @@ from orchestrator.spec.plan import plan_runs
 from tests.trainables.objectives.references import batch
 from trainables.config.profiles import build_config, explain_config
 from trainables.config.run_config import RunConfig, load_yaml
-from trainables.objectives import METHODS, ObjectiveConfig, compute_objective
+from trainables.objectives import METHODS, compute_objective
 from trainables.objectives.methods import (
     Head,
     HeadDims,
@@ -65,29 +65,9 @@ def test_the_four_papers_are_registered_methods_one_module_each():
     assert sources(BUILTIN) == {}  # nothing to load elsewhere: they ship with mmemb
 
 
-@pytest.mark.parametrize("method", BUILTIN)
-def test_settings_defaults_are_the_flat_configs_resolved_values(method):
-    own = get(method).settings()
-    flat = ObjectiveConfig(method=method).resolved()
-    for f in dataclasses.fields(own):
-        assert getattr(own, f.name) == getattr(flat, f.name), f.name
-    assert ObjectiveConfig(method=method).settings() == own
-
-
-@pytest.mark.parametrize("method", BUILTIN)
-def test_settings_and_the_flat_config_compute_the_same_terms(method):
-    st, te = batch(seed=31)
-    for teacher in (te, None):
-        a = compute_objective(ObjectiveConfig(method=method), st, teacher,
-                              generator=torch.Generator().manual_seed(0))
-        b = compute_objective(get(method).settings(), st, teacher,
-                              generator=torch.Generator().manual_seed(0))
-        assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
-
-
 def test_get_config_dict_is_the_methods_description():
     s = build_config("demo", "kdmcse").objective
-    assert s.get_config_dict() == ObjectiveConfig(method="kdmcse", lam=1.0).get_config_dict()
+    assert s.get_config_dict() == get("kdmcse").describe(get("kdmcse").settings(lam=1.0))
     aux = get("auxhead").settings()  # a method without describe(): every setting
     assert aux.get_config_dict() == {"method": "auxhead", **dataclasses.asdict(aux)}
 
