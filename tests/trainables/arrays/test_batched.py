@@ -21,16 +21,6 @@ TIGHT = 1e-6
 STEPS = 4  # caption and text batches both (the demo schedule starts with a caption batch)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
 @pytest.fixture
 def group_sizes(monkeypatch):
     """The size of every group that ran batched, per step."""

@@ -17,16 +17,6 @@ from trainables.arrays.trainer import ArrayTrainer
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
 def train(tiny_bert, cache, mode):
     t = ArrayTrainer([(m, cfg(tiny_bert, cache, m, seed=i, max_steps=STEPS, final_eval=False,
                               compile=mode)) for i, m in enumerate(("mcse", "kdmcse", "dalr"))])

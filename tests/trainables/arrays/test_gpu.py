@@ -28,11 +28,6 @@ TERMS = {"simcse": set(), "mcse": {"grounding_image"}, "kdmcse": {"grounding_ima
          "dalr": {"consistency", "cma", "info", "ima", "rank", "g2l"}}
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 def _to(obj, device, dtype=None):
     fields = {}
     for k, v in vars(obj).items():

@@ -27,16 +27,6 @@ from trainables.arrays.encoder import StackedEncoder
 from trainables.arrays.looped import LoopedEncoder, build_encoder, fallback_note, member_rng
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture(scope="module")
 def bert_as_distil(tiny_bert, tmp_path_factory):
     from trainables.models.pretrained import write_bert_as_distilbert

@@ -6,20 +6,9 @@ teacher model twice (the demo's teacher combinations) trains, as that teacher al
 from __future__ import annotations
 
 import pytest
-import torch
 
 import tests.trainables.misfit_method  # noqa: F401  (registers the plug-in method "misfit")
 from tests.trainables.arrays.harness import assert_same_member, cfg, run
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
 
 
 def failed(reports):

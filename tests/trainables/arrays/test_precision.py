@@ -7,7 +7,6 @@ operation; the terms then agree to about 0.2%, so the bound has a margin of five
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from tests.trainables.arrays.harness import cfg
@@ -15,11 +14,6 @@ from trainables.arrays.trainer import ArrayTrainer
 
 STEPS, RTOL, ATOL = 6, 1e-2, 1e-2
 METHODS = ("mcse", "kdmcse", "dalr")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
 
 
 def losses(tiny_bert, cache, precision: str) -> tuple[ArrayTrainer, list[dict[str, dict[str, float]]]]:

@@ -28,16 +28,6 @@ from tests.trainables.arrays.harness import (
 from trainables.arrays.trainer import ArrayTrainer
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
 def test_member_alone_equals_member_in_array_of_five_and_in_a_mixed_array(tiny_bert, cache, tmp_path):
     me = cfg(tiny_bert, cache, "kdmcse", seed=3)
     alone = run([("me", me)], tmp_path / "alone")
