@@ -380,7 +380,10 @@ class ArrayTrainer:
         bounds = [0]
         for ks in names:
             bounds.append(bounds[-1] + len(ks))
-        member_bad = torch.stack([~ok[a:b].all() for a, b in zip(bounds, bounds[1:], strict=False)]).float()
+        # each member's count of non-finite terms in one scatter (a fixed number of kernels, not
+        # two a member): owner[i] is the member of term i
+        owner = torch.tensor([j for j, ks in enumerate(names) for _ in ks], device=flat.device)
+        member_bad = (flat.new_zeros(len(names)).index_add_(0, owner, (~ok[:n]).float()) > 0).float()
         shares = flat[n:]
         if self.world > 1:
             # Every worker drops the same members: a member is bad when it is bad on any worker,

@@ -119,6 +119,13 @@ class MethodHeads(nn.Module):
                 raise ValueError(f"head {name!r} uses BatchNorm in train mode: a pair batch needs "
                                  ">= 2 rows")
             y = getattr(self, name)(x)
+            if h.kind == "aligner" and self.training:
+                # The official DALR runs its ConsistencySimilarityModule twice a caption step (on
+                # the matched and on the rolled images), so each aligner's BatchNorm running
+                # statistics take two updates of the same batch statistics (rolling the rows
+                # leaves them unchanged). Outputs and gradients come from the first call alone.
+                with torch.no_grad():
+                    getattr(self, name)(x)
             if h.normalize:
                 y = F.normalize(y, dim=-1)
             if not h.into:
