@@ -26,6 +26,14 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def bert_b(tmp_path_factory) -> Path:
+    """A second tiny BERT (other seed), same vocabulary; its folder name contains "DiffCSE"."""
+    from trainables.testing import make_tiny_bert
+
+    return make_tiny_bert(tmp_path_factory.mktemp("DiffCSE-tiny"), seed=1)
+
+
+@pytest.fixture(scope="session")
 def tiny_roberta(tmp_path_factory) -> Path:
     from trainables.testing import make_tiny_roberta
 

@@ -5,34 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer
 
+from tests.trainables.models.test_teachers import CAPTIONS, _ids
 from trainables.data.store import FeatureStore, StoreError, StoreMetadata, write_store
 from trainables.data.teacher_columns import precompute_teacher_columns
 from trainables.models.teachers import TeacherEnsemble, TextTeacher
-from trainables.testing import make_tiny_bert
-
-CAPTIONS = [
-    "a dog runs on the grass",
-    "two people sit at a table in a small kitchen",
-    "a red car",
-    "a young girl rides a bike in the park near the beach with her old dog",
-    "the boat is on the water",
-    "a man holds a guitar",
-    "people playing music at night",
-]
-
-
-@pytest.fixture(scope="module")
-def bert_b(tmp_path_factory):
-    """A second tiny BERT (other seed), same vocabulary; its folder name contains "DiffCSE"."""
-    return make_tiny_bert(tmp_path_factory.mktemp("DiffCSE-tiny"), seed=1)
-
-
-def _ids(path, texts, max_length=32):
-    return AutoTokenizer.from_pretrained(path)(
-        texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-    )
 
 
 def _store(path):

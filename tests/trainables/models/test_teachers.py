@@ -14,7 +14,6 @@ from trainables.models.teachers import (
     TextTeacher,
     default_pooler,
 )
-from trainables.testing import make_tiny_bert
 
 CAPTIONS = [
     "a dog runs on the grass",
@@ -25,12 +24,6 @@ CAPTIONS = [
     "a man holds a guitar",
     "people playing music at night",
 ]
-
-
-@pytest.fixture(scope="module")
-def bert_b(tmp_path_factory):
-    """A second tiny BERT (other seed), same vocabulary; its folder name contains "DiffCSE"."""
-    return make_tiny_bert(tmp_path_factory.mktemp("DiffCSE-tiny"), seed=1)
 
 
 @pytest.fixture(scope="module")
