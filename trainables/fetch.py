@@ -544,6 +544,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None,
                    help="the data folder (default: $MMEMB_DATA, else ./data)")
     p.add_argument("--only", nargs="+", metavar="ITEM",
+                   choices=sorted({i.name for items, _ in TARGETS.values() for i in items}),
                    help=f"fetch only these ({', '.join(i.name for i in PAPER)})")
     p.add_argument("--dry-run", action="store_true",
                    help="list every file with its size, checksum and source; no network")
@@ -554,12 +555,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     items, manual = TARGETS[args.target]
-    if args.only:
-        unknown = sorted(set(args.only) - {i.name for i in items})
-        if unknown:
-            print(f"fetch: unknown item(s) {', '.join(unknown)}; choose from "
-                  f"{', '.join(i.name for i in items)}", file=sys.stderr)
-            return 2
+    if args.only:  # names checked by the parser (one error: line)
         items, manual = tuple(i for i in items if i.name in args.only), ()
     root = data_root(args.data)
     say = print

@@ -187,3 +187,11 @@ def test_an_archive_without_transfer_tasks_lands_sts_and_says_what_is_missing(
         assert run(url, monkeypatch, "--only", "senteval") == 1
     assert "senteval: senteval.tar lacks SICK" in capsys.readouterr().err
     assert not (env / "other/senteval/downstream").exists()
+
+
+def test_an_unknown_only_item_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        fetch.main(["paper", "--dry-run", "--only", "wiki1m", "nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: argument --only: invalid choice: 'nope'") and "wiki1m" in err[0]
