@@ -105,6 +105,8 @@ class MethodGroups:
         self.looped: dict[str, str] = {}
         """method -> why its members run one by one (vmap failed on its functions)"""
         self._settings: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}
+        self.errors: dict[int, str] = {}
+        """this step's members (index among the alive) whose heads or loss raised -> why"""
 
     # --- grouping -------------------------------------------------------------------------
     def _key(self, m: Member, kind: str, b: Batch, computed: bool) -> tuple:
@@ -123,7 +125,7 @@ class MethodGroups:
         ``cls``, ``z``: (M, 2 rows, H), rows 2i and 2i+1 the two views of sentence i; ``mask``:
         (M, rows, L), every member's attention mask padded to the array's."""
         alive = self.tr.alive
-        self.tr._step_errors = {}
+        self.errors = {}
         groups: dict[tuple, list[int]] = {}
         for j, (m, (kind, b)) in enumerate(zip(alive, batches, strict=True)):
             groups.setdefault(self._key(m, kind, b, j in teach), []).append(j)
@@ -166,7 +168,7 @@ class MethodGroups:
 
             m, (kind, b) = self.tr.alive[j], kb
             n = b.input_ids.shape[0]
-            self.tr._step_errors[j] = (f"failed at step {self.tr.step + 1} in method "
+            self.errors[j] = (f"failed at step {self.tr.step + 1} in method "
                                        f"{m.method.name!r} ({kind} batch of {n}): "
                                        f"{type(e).__name__}: {one_line(e)}")
             # no gradient for it; the same masked entries on every worker

@@ -401,7 +401,7 @@ class ArrayTrainer:
         vals = back[len(names) + shares.numel():]
         ok_list = [math.isfinite(v) for v in vals]
         out: dict[int, str] = {}
-        errors = getattr(self, "_step_errors", {})
+        errors = self.objectives.errors
         for j, ks in enumerate(names):
             if not bad_list[j]:
                 continue
