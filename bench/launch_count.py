@@ -140,7 +140,7 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
                 if d.sequence_nr >= 0:
                     fwd_phase.setdefault(d.sequence_nr, phase)
         outer.append((e, phase, node))
-    ops, kernels, names = Counter(), Counter(), Counter()
+    ops, kernels, names, by_phase = Counter(), Counter(), Counter(), Counter()
     for e, phase, node in outer:
         if node is not None:
             phase = ("backward: accumulate" if "AccumulateGrad" in node.name
@@ -149,7 +149,8 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
         if any(d.name.startswith("aten::") and d.name not in NO_KERNEL for d in _subtree(e)):
             kernels[phase] += 1
             names[e.name] += 1
-    return {"ops": ops, "kernels": kernels, "names": names}
+            by_phase[f"{phase} | {e.name}"] += 1
+    return {"ops": ops, "kernels": kernels, "names": names, "by_phase": by_phase}
 
 
 def profile_steps(step, steps: int) -> dict[str, Counter]:
@@ -212,6 +213,7 @@ def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, meth
                          "methods": dict(Counter(mix)), "ops": sum(c["ops"].values()),
                          "kernels": sum(c["kernels"].values()), "ops_by_phase": dict(c["ops"]),
                          "kernels_by_phase": dict(c["kernels"]), "kernels_by_name": dict(c["names"]),
+                         "kernels_by_phase_and_name": dict(c["by_phase"]),
                          "seconds": time.perf_counter() - t0})
             log(f"hidden {width:4d} M {m:3d} {kind}: {rows[-1]['ops']} ops, {rows[-1]['kernels']} kernels "
                 f"({rows[-1]['seconds']:.0f} s)")

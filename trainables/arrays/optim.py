@@ -24,6 +24,10 @@ The two differ only in where eps sits, so the official step is torch's with
 ``eps / sqrt(1 - b2^s)``: the fused kernel serves both (one call per distinct (lr, wd, eps, s));
 the single-tensor update is the fallback where the kernel is missing. The official recipe is
 eps 1e-6, no weight decay, linear decay to 0 without warmup, clipping at 1.0.
+
+The stacked parameters live in one (M, N) buffer and their gradients in another (``flat.py``):
+a step's norms, clip and update of every stacked tensor are then a few kernels, not a few per
+tensor; the moments share that layout.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from trainables.arrays.flat import FlatStack
 
 FUSED = hasattr(torch, "_fused_adamw_")
 """torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
@@ -75,8 +81,15 @@ class ArrayAdamW:
         self.total = total_steps
         self.betas = betas
         self.t = 0
-        self.m_st = [torch.zeros_like(p) for p in self.stacked]
-        self.v_st = [torch.zeros_like(p) for p in self.stacked]
+        self.flat = FlatStack(self.stacked) if FlatStack.fits(self.stacked) else None
+        """the stacked parameters and their gradients as views of two (M, N) buffers, or None
+        (no stacked parameters, or of mixed dtypes)"""
+        if self.flat is not None:
+            self.m_flat, self.v_flat = (torch.zeros_like(self.flat.data) for _ in range(2))
+            self.m_st, self.v_st = self.flat.views(self.m_flat), self.flat.views(self.v_flat)
+        else:
+            self.m_st = [torch.zeros_like(p) for p in self.stacked]
+            self.v_st = [torch.zeros_like(p) for p in self.stacked]
         self.m_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
         self.v_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
         # Stacked parameters are reached for every member at once (one shared forward), so one
@@ -117,11 +130,15 @@ class ArrayAdamW:
         grads, owner = self._own_grads() if own is None else own
         dev = (self.stacked[0].device if self.stacked else grads[0].device if grads
                else torch.device("cpu"))  # a looped array has no stacked parameters
-        sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
-        norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
-                 for p in self.stacked if p.grad is not None]
-        if norms:
-            sq += torch.stack(norms).pow(2).sum(0)
+        if self.flat is not None:  # every stacked gradient of a member is its row of one buffer
+            self.flat.sync()
+            sq = torch.linalg.vector_norm(self.flat.grad, dim=1, dtype=torch.float32).pow(2)
+        else:
+            sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
+            norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
+                     for p in self.stacked if p.grad is not None]
+            if norms:
+                sq += torch.stack(norms).pow(2).sum(0)
         if grads:
             heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
             sq.index_add_(0, torch.tensor(owner, device=dev), heads.pow(2))
@@ -134,7 +151,9 @@ class ArrayAdamW:
         norms = self.member_grad_norms((grads, owner))
         limit = torch.tensor([h.grad_clip for h in self.hyper], device=norms.device)
         coef = (limit / (norms + 1e-6)).clamp(max=1.0)
-        for p in self.stacked:
+        if self.flat is not None:
+            self.flat.grad.mul_(coef.to(self.flat.grad.dtype).view(-1, 1))
+        for p in self.stacked if self.flat is None else ():
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
         if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
@@ -150,7 +169,10 @@ class ArrayAdamW:
         official; otherwise it is skipped."""
         any_official = any(h.official for h in self.hyper)
         work = []
-        for k, (p, m, v) in enumerate(zip(self.stacked, self.m_st, self.v_st, strict=True)):
+        if self.flat is not None:
+            work += self._flat_work(any_official)
+        for k, (p, m, v) in enumerate(zip(self.stacked if self.flat is None else (),
+                                          self.m_st, self.v_st, strict=False)):
             g = p.grad
             if g is None and not (any_official and self.s_st[k]):
                 continue
@@ -165,6 +187,23 @@ class ArrayAdamW:
                 self.s_own[i][k] += 1
                 work.append((i, p, torch.zeros_like(p) if g is None else g, m, v, self.s_own[i][k]))
         return work
+
+    def _flat_work(self, any_official: bool) -> list[tuple]:
+        """``_work``'s items for the stacked tensors: the whole buffer as one item when every
+        tensor steps at one count (every step of a built-in method: every loss reaches the whole
+        encoder and the MLP), else one item per stepping tensor, as without the buffer. An
+        unreached tensor's gradient is the zeros the buffer holds for it."""
+        assert self.flat is not None
+        self.flat.sync()
+        take = [r or (any_official and s > 0) for r, s in zip(self.flat.reached(), self.s_st, strict=True)]
+        for k, t in enumerate(take):
+            if t:
+                self.s_st[k] += 1
+        if all(take) and len(set(self.s_st)) == 1:
+            return [(None, self.flat.data, self.flat.grad, self.m_flat, self.v_flat, self.s_st[0])]
+        grads = self.flat.views(self.flat.grad)
+        return [(None, p, g, m, v, s) for p, g, m, v, s, t
+                in zip(self.stacked, grads, self.m_st, self.v_st, self.s_st, take, strict=True) if t]
 
     def _eps(self, h: MemberHyper, s: int) -> float:
         """The eps of torch's update that gives this member's update at step count ``s``."""
@@ -228,7 +267,13 @@ class ArrayAdamW:
             if i is None:
                 for key, runs in runs_at[s].items():
                     for a, b in runs:
-                        calls.setdefault((*key, s), []).append((p[a:b], g[a:b], m[a:b], v[a:b]))
+                        # the kernel walks a tensor in memory order: a run of members of one
+                        # parameter's view of the flat buffer has gaps (other parameters' values),
+                        # so it goes member by member; the buffer's own rows have none
+                        parts = ([(a, b)] if p[a:b].is_contiguous()
+                                 else [(j, j + 1) for j in range(a, b)])
+                        calls.setdefault((*key, s), []).extend(
+                            (p[c:d], g[c:d], m[c:d], v[c:d]) for c, d in parts)
             else:
                 h = self.hyper[i]
                 calls.setdefault((lrs[i], h.weight_decay, self._eps(h, s), h.official, s), []).append((p, g, m, v))
@@ -269,7 +314,9 @@ class ArrayAdamW:
             p.mul_(1 - lr * wd_post)
 
     def zero_grad(self) -> None:
-        for p in self.stacked:
+        if self.flat is not None:  # one fill; the gradients stay views of the buffer
+            self.flat.zero_grad()
+        for p in self.stacked if self.flat is None else ():
             p.grad = None
         for ps in self.own:
             for p in ps:
@@ -280,8 +327,14 @@ class ArrayAdamW:
         """Keep members ``keep`` (in that order); ``stacked`` are the model's re-selected parameters."""
         idx = torch.as_tensor(list(keep), dtype=torch.long)
         self.stacked = list(stacked)
-        self.m_st = [m[idx.to(m.device)] for m in self.m_st]
-        self.v_st = [v[idx.to(v.device)] for v in self.v_st]
+        if self.flat is not None:  # the model's select gave the parameters new tensors
+            self.m_flat = self.m_flat[idx.to(self.m_flat.device)]
+            self.v_flat = self.v_flat[idx.to(self.v_flat.device)]
+            self.flat.adopt(self.stacked)
+            self.m_st, self.v_st = self.flat.views(self.m_flat), self.flat.views(self.v_flat)
+        else:
+            self.m_st = [m[idx.to(m.device)] for m in self.m_st]
+            self.v_st = [v[idx.to(v.device)] for v in self.v_st]
         self.own = [self.own[i] for i in keep]
         self.s_own = [self.s_own[i] for i in keep]
         self.m_own = [self.m_own[i] for i in keep]

@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -338,7 +339,10 @@ class ArrayTrainer:
                                                                  poisoned)
         # Backward is queued before the host reads the finite flags, so the GPU overlaps the wait;
         # a member with a bad loss leaves before any weight changes.
-        with record_function("array/backward"):
+        with record_function("array/backward"), warnings.catch_warnings():
+            # the stacked gradients are views of one buffer (flat.py), strided by design; torch
+            # warns that such a gradient "may impair performance" of the in-place accumulation
+            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout")
             total.backward()
         if self.world > 1:
             self._all_reduce_grads()
@@ -446,7 +450,15 @@ class ArrayTrainer:
     def _all_reduce_grads(self) -> None:
         import torch.distributed as dist
 
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        flat = self.optimizer.flat
+        if flat is not None:  # every stacked gradient in one call, in place
+            flat.sync()
+            dist.all_reduce(flat.grad)
+            flat.grad /= self.world
+        stacked = {id(p) for p in self.optimizer.stacked} if flat is not None else set()
+        params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in stacked]
+        if not params:
+            return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
