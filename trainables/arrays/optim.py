@@ -96,6 +96,16 @@ class ArrayAdamW:
         # count per tensor; a member's own parameters have their own.
         self.s_st = [0] * len(self.stacked)
         self.s_own = [[0] * len(ps) for ps in self.own]
+        self._on_device: dict[tuple, torch.Tensor] = {}
+        """small index and limit tensors a step reuses: a tensor built from a Python list is a
+        host-to-device copy, which on CUDA waits for the stream (pageable memory)"""
+
+    def _device_tensor(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
+                       device: torch.device) -> torch.Tensor:
+        key = (tuple(values), dtype, device)
+        if key not in self._on_device:
+            self._on_device[key] = torch.tensor(list(values), dtype=dtype, device=device)
+        return self._on_device[key]
 
     @property
     def n_members(self) -> int:
@@ -141,7 +151,7 @@ class ArrayAdamW:
                 sq += torch.stack(norms).pow(2).sum(0)
         if grads:
             heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
-            sq.index_add_(0, torch.tensor(owner, device=dev), heads.pow(2))
+            sq.index_add_(0, self._device_tensor(owner, torch.long, sq.device), heads.pow(2))
         return sq.sqrt()
 
     @torch.no_grad()
@@ -149,7 +159,7 @@ class ArrayAdamW:
         """Scale each member's gradients to its own clip norm, as clip_grad_norm_; returns the norms."""
         grads, owner = self._own_grads()
         norms = self.member_grad_norms((grads, owner))
-        limit = torch.tensor([h.grad_clip for h in self.hyper], device=norms.device)
+        limit = self._device_tensor([h.grad_clip for h in self.hyper], torch.float32, norms.device)
         coef = (limit / (norms + 1e-6)).clamp(max=1.0)
         if self.flat is not None:
             self.flat.grad.mul_(coef.to(self.flat.grad.dtype).view(-1, 1))
@@ -157,7 +167,7 @@ class ArrayAdamW:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
         if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
-            per = coef[torch.tensor(owner, device=coef.device)]
+            per = coef[self._device_tensor(owner, torch.long, coef.device)]
             torch._foreach_mul_(grads, [c.to(g.dtype) for g, c in zip(grads, per.unbind(), strict=True)])
         return norms
 
@@ -288,7 +298,8 @@ class ArrayAdamW:
                 for dst, t in zip(lists, (p, g, m, v), strict=True):
                     dst.append(t)
             for (dev, _), (ps, gs, ms, vs) in by_key.items():
-                step = torch.tensor(float(s), dtype=torch.float32, device=dev)
+                # a fill, not a copy from the host: the count changes every step
+                step = torch.full((), float(s), dtype=torch.float32, device=dev)
                 torch._fused_adamw_(ps, gs, ms, vs, [], [step] * len(ps), lr=lr, beta1=b1, beta2=b2,
                                     weight_decay=0.0 if official else wd, eps=eps, amsgrad=False,
                                     maximize=False)
@@ -340,6 +351,7 @@ class ArrayAdamW:
         self.m_own = [self.m_own[i] for i in keep]
         self.v_own = [self.v_own[i] for i in keep]
         self.hyper = [self.hyper[i] for i in keep]
+        self._on_device.clear()
 
     # --- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
