@@ -67,7 +67,7 @@ from bench.train_step import (  # noqa: E402
 NO_KERNEL = frozenset(f"aten::{n}" for n in (
     "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "slice", "select", "narrow",
     "transpose", "t", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "as_strided",
-    "alias", "detach", "detach_", "lift_fresh", "unbind", "split", "split_with_sizes", "chunk",
+    "alias", "detach", "detach_", "lift_fresh", "new_empty", "new_empty_strided", "unbind", "split", "split_with_sizes", "chunk",
     "unflatten", "flatten", "diagonal", "empty", "empty_like", "empty_strided", "resize_", "set_",
     "to", "contiguous", "result_type", "promote_types", "scalar_tensor", "resolve_conj",
     "resolve_neg", "_has_compatible_shallow_copy_type", "size", "stride", "numel", "dim",

@@ -38,6 +38,10 @@ class ArrayModel(nn.Module):
         """Parameters with a leading member axis."""
         return [*self.encoder.stacked_parameters(), self.mlp_weight, self.mlp_bias]
 
+    def gathered_parameters(self) -> list[nn.Parameter]:
+        """Stacked parameters that must stay contiguous tensors (``StackedEncoder``'s)."""
+        return self.encoder.gathered_parameters()
+
     def own_parameters(self) -> list[list[nn.Parameter]]:
         """Per member, the trainable parameters only it has: a looped encoder's, its heads'."""
         return [[*self.encoder.member_parameters(i), *(p for p in h.parameters() if p.requires_grad)]

@@ -143,6 +143,12 @@ class StackedEncoder(nn.Module):
         """Parameters with a leading member axis: all of them."""
         return list(self.parameters())
 
+    def gathered_parameters(self) -> list[nn.Parameter]:
+        """The tables ``_gather`` reads as one (M * V, H) table: they must stay contiguous
+        tensors of their own (a strided view would be copied whole at every read)."""
+        return [self._p("embeddings.word_embeddings.weight"),
+                self._p("embeddings.position_embeddings.weight")]
+
     def member_parameters(self, i: int) -> list[nn.Parameter]:
         """Parameters that belong to member i alone: none, every parameter is stacked."""
         return []

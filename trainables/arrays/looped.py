@@ -132,6 +132,10 @@ class LoopedEncoder(nn.Module):
         """Parameters with a leading member axis: none, each member holds its own."""
         return []
 
+    def gathered_parameters(self) -> list[nn.Parameter]:
+        """Stacked tables read across members: none."""
+        return []
+
     def member_parameters(self, i: int) -> list[nn.Parameter]:
         """Member i's trainable parameters (its frozen pooler left out)."""
         return [p for p in self.members[i].parameters() if p.requires_grad]

@@ -62,7 +62,10 @@ class MemberHyper:
 class ArrayAdamW:
     """Optimiser state of an array: moments and a step count per parameter, per-member hyperparameters.
 
-    ``stacked``: parameters of shape (M, ...) shared in layout by every member.
+    ``stacked``: parameters of shape (M, ...) shared in layout by every member; all but those in
+    ``apart`` become views of one buffer (``flat.py``). ``apart``: stacked parameters that must
+    stay contiguous tensors of their own (an embedding table the encoder reads across members
+    as one (M * V, H) table: a view of the buffer would be copied whole at every read).
     ``own``: one list of parameters per member (its method's heads; a looped encoder's
     parameters, ``looped.py``), possibly empty.
     ``t`` counts the array's steps (the LR schedule); each parameter's own count (0: no state
@@ -70,7 +73,8 @@ class ArrayAdamW:
     """
 
     def __init__(self, stacked: Sequence[torch.nn.Parameter], own: Sequence[Sequence[torch.nn.Parameter]],
-                 hyper: Sequence[MemberHyper], total_steps: int, betas: tuple[float, float] = (0.9, 0.999)):
+                 hyper: Sequence[MemberHyper], total_steps: int, betas: tuple[float, float] = (0.9, 0.999),
+                 apart: Sequence[torch.nn.Parameter] = ()):
         self.stacked, self.own = list(stacked), [list(p) for p in own]
         self.hyper = list(hyper)
         if len(self.own) != len(self.hyper):
@@ -81,15 +85,21 @@ class ArrayAdamW:
         self.total = total_steps
         self.betas = betas
         self.t = 0
-        self.flat = FlatStack(self.stacked) if FlatStack.fits(self.stacked) else None
-        """the stacked parameters and their gradients as views of two (M, N) buffers, or None
-        (no stacked parameters, or of mixed dtypes)"""
+        keep_apart = {id(p) for p in apart}
+        flat_idx = [k for k, p in enumerate(self.stacked) if id(p) not in keep_apart]
+        fits = FlatStack.fits([self.stacked[k] for k in flat_idx])
+        self.flat_idx = flat_idx if fits else []
+        """positions in ``stacked`` of the tensors laid out in ``flat``"""
+        self.loose_idx = [k for k in range(len(self.stacked)) if k not in set(self.flat_idx)]
+        """positions in ``stacked`` of the tensors kept as tensors of their own"""
+        self.flat = FlatStack([self.stacked[k] for k in self.flat_idx]) if fits else None
+        """the stacked parameters (less ``apart``) and their gradients as views of two (M, N)
+        buffers, or None (none to lay out, or of mixed dtypes)"""
+        self.m_st = [torch.zeros_like(p) for p in self.stacked]
+        self.v_st = [torch.zeros_like(p) for p in self.stacked]
         if self.flat is not None:
             self.m_flat, self.v_flat = (torch.zeros_like(self.flat.data) for _ in range(2))
-            self.m_st, self.v_st = self.flat.views(self.m_flat), self.flat.views(self.v_flat)
-        else:
-            self.m_st = [torch.zeros_like(p) for p in self.stacked]
-            self.v_st = [torch.zeros_like(p) for p in self.stacked]
+            self._flat_moments()
         self.m_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
         self.v_own = [[torch.zeros_like(p) for p in ps] for ps in self.own]
         # Stacked parameters are reached for every member at once (one shared forward), so one
@@ -99,6 +109,13 @@ class ArrayAdamW:
         self._on_device: dict[tuple, torch.Tensor] = {}
         """small index and limit tensors a step reuses: a tensor built from a Python list is a
         host-to-device copy, which on CUDA waits for the stream (pageable memory)"""
+
+    def _flat_moments(self) -> None:
+        """``m_st``/``v_st`` of the laid-out tensors as views of the moment buffers."""
+        assert self.flat is not None
+        for k, m, v in zip(self.flat_idx, self.flat.views(self.m_flat), self.flat.views(self.v_flat),
+                           strict=True):
+            self.m_st[k], self.v_st[k] = m, v
 
     def _device_tensor(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
                        device: torch.device) -> torch.Tensor:
@@ -140,13 +157,15 @@ class ArrayAdamW:
         grads, owner = self._own_grads() if own is None else own
         dev = (self.stacked[0].device if self.stacked else grads[0].device if grads
                else torch.device("cpu"))  # a looped array has no stacked parameters
-        if self.flat is not None:  # every stacked gradient of a member is its row of one buffer
+        norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
+                 for p in self._loose() if p.grad is not None]
+        if self.flat is not None:  # a member's laid-out gradients are its row of one buffer
             self.flat.sync()
-            sq = torch.linalg.vector_norm(self.flat.grad, dim=1, dtype=torch.float32).pow(2)
+            norms.append(torch.linalg.vector_norm(self.flat.grad, dim=1, dtype=torch.float32))
+        if len(norms) == 1:
+            sq = norms[0].pow(2)
         else:
             sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
-            norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
-                     for p in self.stacked if p.grad is not None]
             if norms:
                 sq += torch.stack(norms).pow(2).sum(0)
         if grads:
@@ -163,7 +182,7 @@ class ArrayAdamW:
         coef = (limit / (norms + 1e-6)).clamp(max=1.0)
         if self.flat is not None:
             self.flat.grad.mul_(coef.to(self.flat.grad.dtype).view(-1, 1))
-        for p in self.stacked if self.flat is None else ():
+        for p in self._loose():
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
         if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
@@ -181,8 +200,8 @@ class ArrayAdamW:
         work = []
         if self.flat is not None:
             work += self._flat_work(any_official)
-        for k, (p, m, v) in enumerate(zip(self.stacked if self.flat is None else (),
-                                          self.m_st, self.v_st, strict=False)):
+        for k in self.loose_idx:
+            p, m, v = self.stacked[k], self.m_st[k], self.v_st[k]
             g = p.grad
             if g is None and not (any_official and self.s_st[k]):
                 continue
@@ -205,15 +224,21 @@ class ArrayAdamW:
         unreached tensor's gradient is the zeros the buffer holds for it."""
         assert self.flat is not None
         self.flat.sync()
-        take = [r or (any_official and s > 0) for r, s in zip(self.flat.reached(), self.s_st, strict=True)]
-        for k, t in enumerate(take):
+        counts = [self.s_st[k] for k in self.flat_idx]
+        take = [r or (any_official and s > 0) for r, s in zip(self.flat.reached(), counts, strict=True)]
+        for k, t in zip(self.flat_idx, take, strict=True):
             if t:
                 self.s_st[k] += 1
-        if all(take) and len(set(self.s_st)) == 1:
-            return [(None, self.flat.data, self.flat.grad, self.m_flat, self.v_flat, self.s_st[0])]
+        counts = {self.s_st[k] for k in self.flat_idx}
+        if all(take) and len(counts) == 1:
+            return [(None, self.flat.data, self.flat.grad, self.m_flat, self.v_flat, counts.pop())]
         grads = self.flat.views(self.flat.grad)
-        return [(None, p, g, m, v, s) for p, g, m, v, s, t
-                in zip(self.stacked, grads, self.m_st, self.v_st, self.s_st, take, strict=True) if t]
+        return [(None, self.stacked[k], g, self.m_st[k], self.v_st[k], self.s_st[k])
+                for k, g, t in zip(self.flat_idx, grads, take, strict=True) if t]
+
+    def _loose(self) -> list[torch.nn.Parameter]:
+        """The stacked parameters kept as tensors of their own."""
+        return [self.stacked[k] for k in self.loose_idx]
 
     def _eps(self, h: MemberHyper, s: int) -> float:
         """The eps of torch's update that gives this member's update at step count ``s``."""
@@ -327,7 +352,7 @@ class ArrayAdamW:
     def zero_grad(self) -> None:
         if self.flat is not None:  # one fill; the gradients stay views of the buffer
             self.flat.zero_grad()
-        for p in self.stacked if self.flat is None else ():
+        for p in self._loose():
             p.grad = None
         for ps in self.own:
             for p in ps:
@@ -338,14 +363,13 @@ class ArrayAdamW:
         """Keep members ``keep`` (in that order); ``stacked`` are the model's re-selected parameters."""
         idx = torch.as_tensor(list(keep), dtype=torch.long)
         self.stacked = list(stacked)
+        self.m_st = [m[idx.to(m.device)] for m in self.m_st]
+        self.v_st = [v[idx.to(v.device)] for v in self.v_st]
         if self.flat is not None:  # the model's select gave the parameters new tensors
             self.m_flat = self.m_flat[idx.to(self.m_flat.device)]
             self.v_flat = self.v_flat[idx.to(self.v_flat.device)]
-            self.flat.adopt(self.stacked)
-            self.m_st, self.v_st = self.flat.views(self.m_flat), self.flat.views(self.v_flat)
-        else:
-            self.m_st = [m[idx.to(m.device)] for m in self.m_st]
-            self.v_st = [v[idx.to(v.device)] for v in self.v_st]
+            self.flat.adopt([self.stacked[k] for k in self.flat_idx])
+            self._flat_moments()
         self.own = [self.own[i] for i in keep]
         self.s_own = [self.s_own[i] for i in keep]
         self.m_own = [self.m_own[i] for i in keep]

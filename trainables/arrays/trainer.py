@@ -178,6 +178,7 @@ class ArrayTrainer:
             [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip, m.cfg.optimizer)
              for m in self.members],
             self.total_steps,
+            apart=self.model.gathered_parameters(),
         )
         self.alive: list[Member] = list(self.members)
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,

@@ -41,19 +41,23 @@ def test_parameters_become_views_and_backward_accumulates_into_the_buffer():
     assert all(p.grad is not None and not p.grad.any() for p in ps)
 
 
+@pytest.mark.parametrize("apart", [False, True])
 @pytest.mark.parametrize("fused", [True, False] if optim.FUSED else [False])
 @pytest.mark.parametrize("kind", ["official", "torch"])
-def test_a_stacked_tensor_a_step_does_not_reach_is_a_missing_gradient(kind, fused, monkeypatch):
+def test_a_stacked_tensor_a_step_does_not_reach_is_a_missing_gradient(kind, fused, apart, monkeypatch):
     """Tensor 1 is reached from the second step on, then every other step: the buffer's zeros
     for it must give the per-tensor semantics (no state before its first gradient; skipped by
-    torch's AdamW; stepped on zeros by the official one)."""
+    torch's AdamW; stepped on zeros by the official one). ``apart``: tensor 0 stays a tensor of
+    its own (an embedding table), updated the same way."""
     monkeypatch.setattr(optim, "FUSED", fused)
     gen = torch.Generator().manual_seed(1)
     ps = _params(gen)
     lrs, wds = [1e-2, 3e-3, 1e-2], [0.0, 0.1, 0.0]
     opt = ArrayAdamW(ps, [[] for _ in range(M)],
-                     [MemberHyper(lr, wd, 1e-6, 1e9, kind) for lr, wd in zip(lrs, wds, strict=True)], 20)
-    assert opt.flat is not None
+                     [MemberHyper(lr, wd, 1e-6, 1e9, kind) for lr, wd in zip(lrs, wds, strict=True)], 20,
+                     apart=ps[:1] if apart else ())
+    assert opt.flat is not None and len(opt.flat.params) == (1 if apart else 2)
+    assert ps[0].is_contiguous() == apart
     ref = [[p.detach()[i].clone() for p in ps] for i in range(M)]
     state = [[{}, {}] for _ in range(M)]
     written = hf_adamw if kind == "official" else torch_adamw
