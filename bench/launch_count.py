@@ -131,10 +131,11 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
         node = next((a for a in _ancestors(e) if a.name.startswith("autograd::engine::evaluate_function")), None)
         phase = None
         if node is None:
-            for a in _ancestors(e):
-                m = FRAME.search(a.name)
-                if m and (phase := phase_of_frame(*m.groups())):
-                    break
+            frames = [m.groups() for a in _ancestors(e) if (m := FRAME.search(a.name))]
+            if any(f[1:] == ("arrays/trainer", "_teacher_outputs") for f in frames):
+                phase = "teachers"  # whichever module computes it (stacked: arrays/encoder.py)
+            else:
+                phase = next((ph for f in frames if (ph := phase_of_frame(*f))), None)
             phase = phase or "other"
             for d in _subtree(e):  # the autograd node of this op (or of an op inside it)
                 if d.sequence_nr >= 0:

@@ -45,6 +45,7 @@ from trainables.arrays.members import (
     slug,
 )
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
+from trainables.arrays.stacked_teachers import StackedTeachers
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
@@ -90,6 +91,9 @@ class Member:
         self.teacher_columns: tuple[str, ...] = ()
         self.teacher_index: tuple[int, ...] = ()
         """per configured text teacher, its model in ``teachers`` when one model is named twice"""
+        self.teacher_stack: StackedTeachers | None = None
+        """``teachers`` as one stacked forward, shared by the members with the same teachers
+        (None: they run one after the other, or stored columns replace them)"""
         # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
         # epochs (the loaders go on reshuffling), and the LR decays over it either way
         self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
@@ -240,17 +244,21 @@ class ArrayTrainer:
                              image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
 
     def _build_teachers(self) -> None:
-        """Text teachers, one frozen model per distinct path, shared by every member using it
-        (a member whose teachers cannot be built fails alone)."""
+        """Text teachers, one frozen model per distinct path, shared by every member using it,
+        and one stack per distinct ensemble of them (a member whose teachers cannot be built
+        fails alone)."""
         loaded: dict[str, Any] = {}
+        stacks: dict[tuple[int, ...], StackedTeachers | None] = {}
         # bf16 teachers only with bf16 training (their outputs are frozen targets, so bf16 would
         # tie ranks the fp32 official teachers do not)
         dtype = torch.bfloat16 if self.amp and self.device.type == "cuda" else torch.float32
         for m in self.members:
             if m.needs_teachers and m.key not in self.failed_setup:
-                self._member_setup(m.key, lambda m=m: self._member_teachers(m, loaded, dtype))
+                self._member_setup(m.key,
+                                   lambda m=m: self._member_teachers(m, loaded, stacks, dtype))
 
-    def _member_teachers(self, m: Member, loaded: dict, dtype: torch.dtype) -> None:
+    def _member_teachers(self, m: Member, loaded: dict, stacks: dict,
+                         dtype: torch.dtype) -> None:
         from trainables.models.teachers import TeacherEnsemble, TextTeacher
 
         paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
@@ -276,10 +284,16 @@ class ArrayTrainer:
         stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
         if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
             m.teacher_columns = tuple(m.teachers.columns)
+        else:  # the teachers run every caption step: as one stacked forward where they can
+            key = tuple(id(t) for t in m.teachers.teachers)
+            if key not in stacks:
+                stacks[key] = StackedTeachers.build(m.teachers.teachers)
+            m.teacher_stack = stacks[key]
 
     # --- one step -------------------------------------------------------------------------
     def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
-        """One forward per teacher over every member that needs it: j -> (embs, locals).
+        """One forward per teacher over every member that needs it, or one for all its
+        teachers where they are stacked (``stacked_teachers.py``): j -> (embs, locals).
 
         Members share a forward when they load the same teachers (each member has its own
         ensemble object, so the key is the teachers', not the ensemble's); teachers are frozen and
@@ -291,12 +305,13 @@ class ArrayTrainer:
         out: dict[int, tuple[tuple, tuple]] = {}
         pad = self.tokenizer.pad_token_id or 0
         for js in groups.values():
-            ens = self.alive[js[0]].teachers
+            first = self.alive[js[0]]
+            run = first.teacher_stack if first.teacher_stack is not None else first.teachers
             sizes = [batches[j][1].input_ids.shape for j in js]
             length = max(s[1] for s in sizes)
             ids = torch.cat([pad_to(batches[j][1].input_ids, s[0], length, pad) for j, s in zip(js, sizes, strict=True)])
             mask = torch.cat([pad_to(batches[j][1].attention_mask, s[0], length, 0) for j, s in zip(js, sizes, strict=True)])
-            outs = ens.encode(ids, mask)
+            outs = run.encode(ids, mask)
             start = 0
             for j, (n, li) in zip(js, sizes, strict=True):
                 embs = tuple(o.emb[start:start + n] for o in outs)

@@ -198,7 +198,9 @@ def check_same_vocab(teacher_tok, student_tok, teacher_path: str) -> None:
 
 class TeacherEnsemble:
     """DALR's weighted teachers (SimCSE 0.33 + DiffCSE 0.67 in the scripts). Validates the weights and
-    returns per-teacher tensors; the weighted S_T / F_T / Local_T are computed in trainables.objectives.dalr."""
+    returns per-teacher tensors; the weighted S_T / F_T / Local_T are computed in trainables.objectives.dalr.
+    ``encode`` runs the teachers one after the other; an array runs teachers of one architecture
+    as one stacked forward instead (trainables/arrays/stacked_teachers.py)."""
 
     def __init__(self, teachers: Sequence[TextTeacher], weights: Sequence[float]):
         teachers, weights = list(teachers), [float(w) for w in weights]

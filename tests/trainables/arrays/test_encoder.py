@@ -82,6 +82,27 @@ def test_members_with_different_weights_match_their_own_hf_model(model, request)
         assert (out[0] - out[1]).abs().max() > 1e-3  # the members really differ
 
 
+@pytest.mark.parametrize("model", TINY)
+def test_fused_attention_is_the_forward_without_dropout(model, request):
+    """``fused_attention`` (the frozen teachers'): the explicit forward's output within rounding,
+    shared and per-member ids, also under bf16 autocast; with dropout it is not used at all."""
+    base = hf_model(request.getfixturevalue(model))
+    states = [perturbed(base.state_dict(), s) for s in range(3)]
+    explicit = StackedEncoder(base.config, states)
+    fused = StackedEncoder(base.config, states, fused_attention=True)
+    ids, mask = padded_batch(base.config, 3, [9, 2, 6], 9)
+    batches = [padded_batch(base.config, 20 + i, [9, 4, 1], 9) for i in range(3)]
+    per = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+    with torch.no_grad():
+        for x, m in ((ids, mask), per):
+            torch.testing.assert_close(fused(x, m), explicit(x, m), rtol=0, atol=1e-5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = fused(ids, mask)
+        torch.testing.assert_close(low.float(), explicit(ids, mask), rtol=0, atol=0.1)
+        gens = lambda: [torch.Generator().manual_seed(s) for s in range(3)]  # noqa: E731
+        assert torch.equal(fused(ids, mask, gens()), explicit(ids, mask, gens()))
+
+
 # ------------------------------------------------------------------------------- independence
 def _alone_and_in_array(path: Path, pad_alone_to_array: bool):
     """Member (weights s2, seed 123, its own batch of length 9) alone, and at index 2 of an
