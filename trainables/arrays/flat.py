@@ -4,18 +4,17 @@ Why: a BERT-base array has about 200 stacked tensors. Clipping them (a norm and 
 AdamW over them launched about 400 small kernels a step, a number set by the tensors, not by the
 work (bench/launch_count.md). With every stacked parameter a view of one member-major buffer
 (member i's values are row i) and its gradient a view of another, the per-member norm of all the
-stacked gradients is one reduction, the clip one multiply, the update one fused AdamW call, the
-gradient all-reduce of a multi-worker array one call and zeroing one fill. A gradient buffer kept
-between steps is what makes this work: autograd adds a step's gradient into a ``.grad`` that
-exists (in place, into the view) instead of handing over a tensor of its own.
+stacked gradients is one reduction, the clip one multiply, the update one fused AdamW call and the
+gradient all-reduce of a multi-worker array one call.
 
-Which tensors a step reached is recorded (a post-accumulate hook): a tensor no loss reached keeps
-a zero gradient in the buffer, and ``ArrayAdamW`` gives it the per-tensor treatment it gives a
-missing gradient. A gradient assigned from outside (``p.grad = g``) is copied into the buffer when
-it is read. After members leave (``select``), the model's parameters are new tensors; ``adopt``
-lays them out again.
+Backward leaves each gradient as a tensor of its own (``zero_grad`` drops them, so autograd hands
+its result over without a kernel); ``sync`` gathers them into the buffer with one concatenation
+and points each ``.grad`` at its view. Gathering after the backward costs one read and one write
+of the gradients; accumulating into views kept between steps would cost a fill and an add a tensor.
+A parameter without a gradient at ``sync`` was not reached this step: its slot is zeroed and
+``ArrayAdamW`` gives it the treatment it gives a missing gradient. After members leave
+(``select``), the model's parameters are new tensors; ``adopt`` lays them out again.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -33,8 +32,8 @@ class FlatStack:
                              "leading member axis")
         self.params = list(params)
         self._reached = [False] * len(self.params)
-        for k, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda _p, k=k: self._mark(k))
+        self._synced = False
+        """whether this step's gradients are in the buffer (``sync`` since ``zero_grad``)"""
         self.adopt(self.params)
 
     @staticmethod
@@ -47,13 +46,11 @@ class FlatStack:
         return all(p.dim() >= 1 and p.shape[0] == p0.shape[0] and p.dtype == p0.dtype
                    and p.device == p0.device and p.is_floating_point() for p in params)
 
-    def _mark(self, k: int) -> None:
-        self._reached[k] = True
-
     @torch.no_grad()
     def adopt(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Lay ``params`` (the same tensors, possibly with new data after a member left) out in
-        fresh buffers: their values and any gradients they hold are copied in."""
+        fresh buffers: their values are copied in; so are their gradients where this step's were
+        already gathered (else they stay the backward's own, for ``sync`` to gather)."""
         if [id(p) for p in params] != [id(p) for p in self.params]:
             raise ValueError("adopt takes the parameters the stack was built over, in order")
         m = params[0].shape[0]
@@ -68,10 +65,11 @@ class FlatStack:
             d = self.data[:, start:start + size].view(p.shape)
             g = self.grad[:, start:start + size].view(p.shape)
             d.copy_(p.data)
-            if p.grad is not None:
-                g.copy_(p.grad)
+            grad = p.grad
             p.data = d
-            p.grad = g
+            if grad is not None and self._synced:
+                g.copy_(grad)
+                p.grad = g
             self._data_views.append(d)
             self._grad_views.append(g)
             start += size
@@ -86,32 +84,42 @@ class FlatStack:
 
     @torch.no_grad()
     def sync(self) -> None:
-        """Make the buffers current: a gradient assigned from outside is copied in (and counts
-        as reached), a dropped one (``p.grad = None``) leaves zeros; the parameters must still be
-        views of the data buffer (after a member left, ``adopt`` first)."""
-        for k, (p, d, g) in enumerate(zip(self.params, self._data_views, self._grad_views,
-                                          strict=True)):
+        """Gather the step's gradients into the buffer and point each ``.grad`` at its view: one
+        concatenation when every parameter has a gradient of its own (a backward's), else a copy
+        each, zeros for a parameter without one (not reached). A gradient already in the buffer
+        stays. The parameters must still be views of the data buffer (after a member left,
+        ``adopt`` first)."""
+        grads = []
+        for p, d in zip(self.params, self._data_views, strict=True):
             if p.data_ptr() != d.data_ptr() or p.shape != d.shape:
                 raise RuntimeError("a stacked parameter was replaced outside the optimiser; "
                                    "call ArrayAdamW.select after the model's select")
-            pg = p.grad
-            if pg is None:
-                g.zero_()
-                p.grad = g
-                self._reached[k] = False
-            elif pg.data_ptr() != g.data_ptr() or pg.stride() != g.stride():
-                g.copy_(pg)
-                p.grad = g
-                self._reached[k] = True
+            grads.append(p.grad)
+        own = [g is not None and not self._is_view(g, k) for k, g in enumerate(grads)]
+        if all(own):
+            m = self.grad.shape[0]
+            torch.cat([g.reshape(m, -1) for g in grads], dim=1, out=self.grad)
+        for k, (p, g, view) in enumerate(zip(self.params, grads, self._grad_views, strict=True)):
+            if own[k] or g is None:
+                if g is None:
+                    view.zero_()
+                elif not all(own):
+                    view.copy_(g)
+                p.grad = view
+                self._reached[k] = g is not None
+        self._synced = True
+
+    def _is_view(self, g: torch.Tensor, k: int) -> bool:
+        view = self._grad_views[k]
+        return g.data_ptr() == view.data_ptr() and g.stride() == view.stride()
 
     def reached(self) -> list[bool]:
         """Per parameter: did a gradient reach it since the last ``zero_grad``."""
         return list(self._reached)
 
-    @torch.no_grad()
     def zero_grad(self) -> None:
-        self.grad.zero_()
-        for p, g in zip(self.params, self._grad_views, strict=True):
-            if p.grad is not g:
-                p.grad = g
+        """Drop the gradients: the next backward hands over its own, ``sync`` gathers them."""
+        for p in self.params:
+            p.grad = None
         self._reached = [False] * len(self.params)
+        self._synced = False

@@ -24,7 +24,6 @@ import contextlib
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -357,10 +356,7 @@ class ArrayTrainer:
                                                                  poisoned)
         # Backward is queued before the host reads the finite flags, so the GPU overlaps the wait;
         # a member with a bad loss leaves before any weight changes.
-        with record_function("array/backward"), warnings.catch_warnings():
-            # the stacked gradients are views of one buffer (flat.py), strided by design; torch
-            # warns that such a gradient "may impair performance" of the in-place accumulation
-            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout")
+        with record_function("array/backward"):
             total.backward()
         if self.world > 1:
             self._all_reduce_grads()

@@ -20,25 +20,34 @@ def _params(gen: torch.Generator) -> list[torch.nn.Parameter]:
             torch.nn.Parameter(torch.randn(M, 6, generator=gen, dtype=torch.float64))]
 
 
-def test_parameters_become_views_and_backward_accumulates_into_the_buffer():
+def test_parameters_become_views_and_a_backward_is_gathered_into_the_buffer():
     ps = _params(torch.Generator().manual_seed(0))
     before = [p.detach().clone() for p in ps]
     flat = FlatStack(ps)
     assert flat.data.shape == flat.grad.shape == (M, 26)
     for p, b in zip(ps, before, strict=True):
         assert torch.equal(p.detach(), b)  # the values moved into the buffer unchanged
-        assert p.data_ptr() >= flat.data.data_ptr() and p.grad.data_ptr() >= flat.grad.data_ptr()
+        assert p.untyped_storage().data_ptr() == flat.data.untyped_storage().data_ptr()
     x = torch.randn(M, 5, dtype=torch.float64)
     (ps[0] * x[:, None, :]).sum().backward()  # reaches ps[0] only
+    flat.sync()
     assert flat.reached() == [True, False]
     torch.testing.assert_close(flat.grad[:, :20].reshape(M, 4, 5), x[:, None, :].expand(M, 4, 5))
     assert torch.equal(flat.grad[:, 20:], torch.zeros(M, 6, dtype=torch.float64))
-    ps[1].grad = torch.ones(M, 6, dtype=torch.float64)  # assigned from outside: copied in
-    flat.sync()
-    assert flat.reached() == [True, True] and torch.equal(flat.grad[:, 20:], torch.ones(M, 6, dtype=torch.float64))
+    assert ps[0].grad.untyped_storage().data_ptr() == flat.grad.untyped_storage().data_ptr()
+    flat.grad.mul_(2)  # what the clip does: the parameters' .grad see it
+    torch.testing.assert_close(ps[0].grad, 2 * x[:, None, :].expand(M, 4, 5))
     flat.zero_grad()
-    assert flat.reached() == [False, False] and not flat.grad.any()
-    assert all(p.grad is not None and not p.grad.any() for p in ps)
+    assert flat.reached() == [False, False] and all(p.grad is None for p in ps)
+    # both reached: one concatenation; a gradient assigned from outside counts as one
+    (ps[0] * x[:, None, :]).sum().backward()
+    ps[1].grad = torch.ones(M, 6, dtype=torch.float64)
+    flat.sync()
+    assert flat.reached() == [True, True]
+    torch.testing.assert_close(flat.grad[:, :20].reshape(M, 4, 5), x[:, None, :].expand(M, 4, 5))
+    assert torch.equal(flat.grad[:, 20:], torch.ones(M, 6, dtype=torch.float64))
+    flat.sync()  # a second sync in the same step changes nothing
+    assert flat.reached() == [True, True] and torch.equal(flat.grad[:, 20:], torch.ones(M, 6, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("apart", [False, True])
