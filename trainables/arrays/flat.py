@@ -24,7 +24,8 @@ import torch
 
 class FlatStack:
     """The stacked parameters ``params`` (each (M, ...), one dtype and device) laid out as
-    ``data[:, a:b]`` and ``grad[:, a:b]`` views of two contiguous (M, N) buffers."""
+    ``data[:, a:b]`` and ``grad[:, a:b]`` views of two contiguous (M, N) buffers (``grad`` from
+    ``sync`` to ``zero_grad``, None between)."""
 
     def __init__(self, params: Sequence[torch.nn.Parameter]):
         if not self.fits(params):
@@ -57,30 +58,32 @@ class FlatStack:
         sizes = [p[0].numel() if m else 0 for p in params]
         n = sum(sizes)
         p0 = params[0]
-        self.data = torch.empty(m, n, dtype=p0.dtype, device=p0.device)
-        self.grad = torch.zeros(m, n, dtype=p0.dtype, device=p0.device)
-        self._data_views, self._grad_views = [], []
-        start = 0
-        for p, size in zip(params, sizes, strict=True):
-            d = self.data[:, start:start + size].view(p.shape)
-            g = self.grad[:, start:start + size].view(p.shape)
-            d.copy_(p.data)
-            grad = p.grad
-            p.data = d
-            if grad is not None and self._synced:
-                g.copy_(grad)
-                p.grad = g
-            self._data_views.append(d)
-            self._grad_views.append(g)
-            start += size
         self.bounds = [0]
         for size in sizes:
             self.bounds.append(self.bounds[-1] + size)
+        self.data = torch.empty(m, n, dtype=p0.dtype, device=p0.device)
+        self._data_views = self.views(self.data)
+        grads = [p.grad for p in params]
+        for p, d in zip(params, self._data_views, strict=True):
+            d.copy_(p.data)
+            p.data = d
+        self.grad, self._grad_views = None, None
+        if self._synced:  # this step's gradients were gathered: gather them again, flags kept
+            self._new_grad_buffer()
+            for p, g, view in zip(params, grads, self._grad_views, strict=True):
+                view.copy_(g)
+                p.grad = view
 
     def views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
         """Per-parameter views of another (M, N) buffer laid out as this one (AdamW's moments)."""
         return [buffer[:, a:b].view(p.shape)
                 for p, a, b in zip(self.params, self.bounds[:-1], self.bounds[1:], strict=True)]
+
+    def _new_grad_buffer(self) -> None:
+        """A gradient buffer for this step: made at the gather and dropped at ``zero_grad``, so
+        the backward's peak memory holds no second copy of the gradients."""
+        self.grad = torch.empty_like(self.data)
+        self._grad_views = self.views(self.grad)
 
     @torch.no_grad()
     def sync(self) -> None:
@@ -96,8 +99,11 @@ class FlatStack:
                                    "call ArrayAdamW.select after the model's select")
             grads.append(p.grad)
         own = [g is not None and not self._is_view(g, k) for k, g in enumerate(grads)]
+        if self.grad is None:
+            self._new_grad_buffer()
+        assert self._grad_views is not None
         if all(own):
-            m = self.grad.shape[0]
+            m = self.data.shape[0]
             torch.cat([g.reshape(m, -1) for g in grads], dim=1, out=self.grad)
         for k, (p, g, view) in enumerate(zip(self.params, grads, self._grad_views, strict=True)):
             if own[k] or g is None:
@@ -110,6 +116,8 @@ class FlatStack:
         self._synced = True
 
     def _is_view(self, g: torch.Tensor, k: int) -> bool:
+        if self._grad_views is None:
+            return False
         view = self._grad_views[k]
         return g.data_ptr() == view.data_ptr() and g.stride() == view.stride()
 
@@ -121,5 +129,6 @@ class FlatStack:
         """Drop the gradients: the next backward hands over its own, ``sync`` gathers them."""
         for p in self.params:
             p.grad = None
+        self.grad, self._grad_views = None, None
         self._reached = [False] * len(self.params)
         self._synced = False

@@ -24,7 +24,7 @@ def test_parameters_become_views_and_a_backward_is_gathered_into_the_buffer():
     ps = _params(torch.Generator().manual_seed(0))
     before = [p.detach().clone() for p in ps]
     flat = FlatStack(ps)
-    assert flat.data.shape == flat.grad.shape == (M, 26)
+    assert flat.data.shape == (M, 26) and flat.grad is None  # made at the gather
     for p, b in zip(ps, before, strict=True):
         assert torch.equal(p.detach(), b)  # the values moved into the buffer unchanged
         assert p.untyped_storage().data_ptr() == flat.data.untyped_storage().data_ptr()
@@ -39,6 +39,7 @@ def test_parameters_become_views_and_a_backward_is_gathered_into_the_buffer():
     torch.testing.assert_close(ps[0].grad, 2 * x[:, None, :].expand(M, 4, 5))
     flat.zero_grad()
     assert flat.reached() == [False, False] and all(p.grad is None for p in ps)
+    assert flat.grad is None  # no second copy of the gradients through the next backward
     # both reached: one concatenation; a gradient assigned from outside counts as one
     (ps[0] * x[:, None, :]).sum().backward()
     ps[1].grad = torch.ones(M, 6, dtype=torch.float64)
