@@ -18,7 +18,7 @@ Each op is attributed by the Python frames it was called from to a phase of the 
 (each member's batch), batch assembly (padding and stacking the members' batches), dropout draws
 (``arrays/dropout.py``), encoder (``arrays/encoder.py`` and the MLP in ``arrays/array_model.py``),
 heads + objective (``heads.py``, ``objectives/``), teachers, finite check, bookkeeping (loss sums),
-optimizer (``arrays/optim.py``: clipping, AdamW, zero_grad), and the backward of each: an op the
+optimizer (``arrays/optim.py``, ``arrays/flat.py``: clipping, AdamW, zero_grad), and the backward of each: an op the
 autograd engine runs is counted under "backward: <phase of the forward op that made its node>",
 gradient accumulation into leaves under "backward: accumulate".
 
@@ -95,7 +95,7 @@ def phase_of_frame(pkg: str, path: str, func: str) -> str | None:
         return "heads + objective"
     if path == "teachers":
         return "teachers"
-    if path == "arrays/optim":
+    if path in ("arrays/optim", "arrays/flat"):
         return "optimizer"
     if path in ("data", "corpus"):
         return "data"
