@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
                    default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--method", nargs="+", choices=METHODS, default=["mcse"],
-                   help="member i trains method[i % len(method)]")
+                   help="member i trains method[i %% len(method)]")
     p.add_argument("--members", type=int, default=1, help="array size M")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=128)

@@ -22,6 +22,7 @@ from trainables.objectives.core import (
     adapacse_loss,
     angular_margin_logits,
     mcse_grounding_loss,
+    safe_acos,
     simcse_loss,
     threshold_bias,
 )
@@ -126,3 +127,21 @@ def test_identical_views_give_finite_gradients():
     x = e.clone().requires_grad_()
     angular_margin_logits(x, x, 0.05, 0.15).sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_safe_acos_is_the_clamped_acos_with_the_written_derivative(batched):
+    """The value is the official acos(clamp(x, -1, 1)); the gradient is g * -1/sqrt(max(1 - x^2,
+    1e-12)) inside [-1, 1] and 0 outside, also under vmap (how an array's members run it)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.tensor([-1.0, 1.0, 1.0 + 1e-7, -1.0 - 1e-6, 0.0, 0.999999]),
+                   torch.rand(58, generator=gen) * 2.2 - 1.1]).to(torch.float32).view(4, 16)
+    g = torch.randn(4, 16, generator=gen)
+    leaf = x.clone().requires_grad_()
+    y = torch.func.vmap(safe_acos)(leaf) if batched else safe_acos(leaf)
+    y.backward(g)
+    assert torch.equal(y.detach(), torch.acos(x.clamp(-1.0, 1.0)))
+    d = -torch.rsqrt((1.0 - x * x).clamp_min(1e-12))
+    want = torch.where(x.abs() <= 1.0, g * d, torch.zeros_like(g))
+    assert torch.equal(leaf.grad, want)
+    assert torch.isfinite(leaf.grad).all() and (leaf.grad[x.abs() > 1.0] == 0).all()
