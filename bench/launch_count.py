@@ -89,7 +89,7 @@ def phase_of_frame(pkg: str, path: str, func: str) -> str | None:
         return "data" if func == "batch" else None
     if path == "arrays/dropout":
         return "encoder" if func == "apply" else "dropout draws"
-    if path in ("arrays/encoder", "arrays/model"):
+    if path in ("arrays/encoder", "arrays/array_model"):
         return "encoder"
     if path in ("heads", "arrays/batched") or path.startswith("objectives/"):
         return "heads + objective"
@@ -124,6 +124,14 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
     """-> {"ops": phase -> outermost aten ops, "kernels": phase -> those that compute,
     "names": op name -> kernel ops of that name}."""
     fwd_phase: dict[int, str] = {}
+    for e in events:  # a custom autograd.Function's node (encoder.batched_linear) is no aten op
+        if (e.sequence_nr >= 0 and not e.name.startswith(("aten::", "autograd::"))
+                and not any(a.name.startswith("autograd::") for a in _ancestors(e))):
+            for a in _ancestors(e):
+                m = FRAME.search(a.name)
+                if m and (phase := phase_of_frame(*m.groups())):
+                    fwd_phase.setdefault(e.sequence_nr, phase)
+                    break
     outer = []
     for e in events:
         if not e.name.startswith("aten::") or any(a.name.startswith("aten::") for a in _ancestors(e)):

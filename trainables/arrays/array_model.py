@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from trainables.arrays.encoder import StackedEncoder
+from trainables.arrays.encoder import StackedEncoder, batched_linear
 from trainables.arrays.looped import LoopedEncoder
 from trainables.models.heads import MethodHeads
 
@@ -56,8 +56,7 @@ class ArrayModel(nn.Module):
 
     def mlp(self, cls: torch.Tensor) -> torch.Tensor:
         """SimCSE's MLP of every member: tanh(cls W_i^T + b_i), cls (M, N, H)."""
-        return torch.tanh(torch.baddbmm(self.mlp_bias.unsqueeze(1), cls,
-                                        self.mlp_weight.transpose(1, 2)))
+        return torch.tanh(batched_linear(cls, self.mlp_weight, self.mlp_bias))
 
     @torch.no_grad()
     def select(self, keep: Sequence[int]) -> None:

@@ -328,3 +328,31 @@ def test_bad_model_type_state_and_inputs_raise(tiny_bert, tmp_path):
     long = base.config.max_position_embeddings + 1
     with pytest.raises(ValueError, match="position table"):
         enc(torch.ones(1, long, dtype=torch.long), torch.ones(1, long, dtype=torch.long))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_batched_linear_is_baddbmm_with_the_weight_gradient_in_its_layout(autocast):
+    """The weight gradient of ``batched_linear`` is laid out as the weight (autograd's baddbmm
+    hands it over transposed, which costs a copy a weight a step); values and every gradient
+    are baddbmm's, in fp64 to rounding and under bf16 autocast to bf16's."""
+    from trainables.arrays.encoder import batched_linear
+
+    dtype = torch.float32 if autocast else torch.float64
+    gen = torch.Generator().manual_seed(0)
+    x0, w0, b0 = (torch.randn(*s, generator=gen, dtype=dtype) for s in ((3, 10, 6), (3, 4, 6), (3, 4)))
+    g = torch.randn(3, 10, 4, generator=gen, dtype=dtype)
+    outs, grads = [], []
+    for fn in (batched_linear, lambda x, w, b: torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))):
+        x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = fn(x, w, b)
+        outs.append(y.detach())
+        # as computed, before autograd copies a gradient into its leaf's layout
+        grads.append(torch.autograd.grad(y, (x, w, b), g.to(y.dtype)))
+    assert outs[0].dtype == outs[1].dtype == (torch.bfloat16 if autocast else torch.float64)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if autocast else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(outs[0], outs[1], **tol)
+    for mine, theirs in zip(grads[0], grads[1], strict=True):
+        assert mine.dtype == theirs.dtype == dtype  # cast back to the parameter's dtype
+        torch.testing.assert_close(mine, theirs, **tol)
+    assert grads[0][1].is_contiguous() and not grads[1][1].is_contiguous()
