@@ -151,9 +151,10 @@ class ArrayAdamW:
     def member_grad_norms(self, own: tuple[list[torch.Tensor], list[int]] | None = None) -> torch.Tensor:
         """(M,) L2 norm of each member's gradients (None grads count as 0).
 
-        As ``clip_grad_norm_``: the norm of the per-tensor norms, one norm kernel per stacked
-        parameter (all members at once) and one foreach call for the heads, so the host cost does
-        not grow with M times the number of tensors. ``own``: ``_own_grads()``, if already taken."""
+        As ``clip_grad_norm_`` (the norm of the per-tensor norms, which is the norm of all the
+        member's gradients together): one norm over each member's row of the flat buffer, one per
+        tensor kept apart (all members at once) and one foreach call for the heads, so the host
+        cost does not grow with M or the number of tensors. ``own``: ``_own_grads()``, if taken."""
         grads, owner = self._own_grads() if own is None else own
         dev = (self.stacked[0].device if self.stacked else grads[0].device if grads
                else torch.device("cpu"))  # a looped array has no stacked parameters
