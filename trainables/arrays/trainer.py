@@ -469,22 +469,24 @@ class ArrayTrainer:
         import torch.distributed as dist
 
         flat = self.optimizer.flat
-        if flat is not None:  # every stacked gradient in one call, in place
+        laid_out: set[int] = set()
+        if flat is not None:  # the optimiser's buffer of stacked gradients: one call, in place
             flat.sync()
             dist.all_reduce(flat.grad)
             flat.grad /= self.world
-        stacked = {id(p) for p in self.optimizer.stacked} if flat is not None else set()
-        params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in stacked]
+            laid_out = {id(p) for p in flat.params}
+        # the rest (tensors kept apart from the buffer, the heads) in one concatenation
+        params = [p for p in self.model.parameters() if p.requires_grad and id(p) not in laid_out]
         if not params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= self.world
+        joined = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(joined)
+        joined /= self.world
         start = 0
         for p, g in zip(params, grads, strict=True):
             n = g.numel()
-            p.grad = flat[start : start + n].view_as(p).clone()
+            p.grad = joined[start : start + n].view_as(p).clone()
             start += n
 
     # --- evaluation -----------------------------------------------------------------------

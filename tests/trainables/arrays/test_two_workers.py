@@ -31,8 +31,11 @@ def _worker(rank: int, world: int, init: str, out: str, encoder: str, cache: str
         t = ArrayTrainer(members, rank=rank, world=world, halving=((3, 6), 2.0), groups=groups)
         reports = Reports()
         t.fit(reports, Path(out) / f"work-{rank}")
+        # every parameter's gradient is all-reduced, so the ranks hold the same weights: the
+        # embedding tables kept out of the optimiser's flat buffer as well as the rest
+        weights = {n: float(p.detach().double().abs().sum()) for n, p in t.model.named_parameters()}
         Path(out, f"rank{rank}.json").write_text(json.dumps({
-            "step": t.step, "alive": [m.key for m in t.alive],
+            "step": t.step, "alive": [m.key for m in t.alive], "weights": weights,
             "pruned": sorted(e["key"] for r in reports.metrics for e in r["members"]
                              if e.get("pruned")),
             "masked": [e["filter/masked_fraction"] for e in reports.member("kd/s0")
@@ -50,5 +53,7 @@ def test_halving_and_the_filter_stop_agree_on_two_workers(tiny_bert, tmp_path_fa
     assert r0["step"] == r1["step"] == 9  # both ranks trained to the end
     assert r0["alive"] == r1["alive"] and len(r0["alive"]) < 7
     assert r0["pruned"] == r1["pruned"] and r0["pruned"]
+    assert r0["weights"] == r1["weights"]
+    assert any("word_embeddings" in n for n in r0["weights"])
     # the filter's share is the array's (both workers' rows), the same number on both ranks
     assert r0["masked"] and r0["masked"] == r1["masked"]
