@@ -120,6 +120,16 @@ def _subtree(e) -> Iterable[Any]:
         yield from _subtree(c)
 
 
+def _phase_by_frames(e) -> str:
+    """The phase of the innermost repository frame an event was called from ("other" if none):
+    whatever ``_teacher_outputs`` runs is "teachers", whichever module computes it (stacked
+    teachers: arrays/encoder.py)."""
+    frames = [m.groups() for a in _ancestors(e) if (m := FRAME.search(a.name))]
+    if any(f[1:] == ("arrays/trainer", "_teacher_outputs") for f in frames):
+        return "teachers"
+    return next((ph for f in frames if (ph := phase_of_frame(*f))), "other")
+
+
 def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
     """-> {"ops": phase -> outermost aten ops, "kernels": phase -> those that compute,
     "names": op name -> kernel ops of that name}."""
@@ -127,11 +137,7 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
     for e in events:  # a custom autograd.Function's node (encoder.batched_linear) is no aten op
         if (e.sequence_nr >= 0 and not e.name.startswith(("aten::", "autograd::"))
                 and not any(a.name.startswith("autograd::") for a in _ancestors(e))):
-            for a in _ancestors(e):
-                m = FRAME.search(a.name)
-                if m and (phase := phase_of_frame(*m.groups())):
-                    fwd_phase.setdefault(e.sequence_nr, phase)
-                    break
+            fwd_phase.setdefault(e.sequence_nr, _phase_by_frames(e))
     outer = []
     for e in events:
         if not e.name.startswith("aten::") or any(a.name.startswith("aten::") for a in _ancestors(e)):
@@ -139,12 +145,7 @@ def count_ops(events: Sequence[Any]) -> dict[str, Counter]:
         node = next((a for a in _ancestors(e) if a.name.startswith("autograd::engine::evaluate_function")), None)
         phase = None
         if node is None:
-            frames = [m.groups() for a in _ancestors(e) if (m := FRAME.search(a.name))]
-            if any(f[1:] == ("arrays/trainer", "_teacher_outputs") for f in frames):
-                phase = "teachers"  # whichever module computes it (stacked: arrays/encoder.py)
-            else:
-                phase = next((ph for f in frames if (ph := phase_of_frame(*f))), None)
-            phase = phase or "other"
+            phase = _phase_by_frames(e)
             for d in _subtree(e):  # the autograd node of this op (or of an op inside it)
                 if d.sequence_nr >= 0:
                     fwd_phase.setdefault(d.sequence_nr, phase)

@@ -102,14 +102,15 @@ class FlatStack:
         if self.grad is None:
             self._new_grad_buffer()
         assert self._grad_views is not None
-        if all(own):
+        gathered = all(own)
+        if gathered:
             m = self.data.shape[0]
             torch.cat([g.reshape(m, -1) for g in grads], dim=1, out=self.grad)
         for k, (p, g, view) in enumerate(zip(self.params, grads, self._grad_views, strict=True)):
             if own[k] or g is None:
                 if g is None:
                     view.zero_()
-                elif not all(own):
+                elif not gathered:
                     view.copy_(g)
                 p.grad = view
                 self._reached[k] = g is not None

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from trainables.arrays.flat import FlatStack
+from trainables.arrays.members import DeviceConstants
 
 FUSED = hasattr(torch, "_fused_adamw_")
 """torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
@@ -106,9 +107,7 @@ class ArrayAdamW:
         # count per tensor; a member's own parameters have their own.
         self.s_st = [0] * len(self.stacked)
         self.s_own = [[0] * len(ps) for ps in self.own]
-        self._on_device: dict[tuple, torch.Tensor] = {}
-        """small index and limit tensors a step reuses: a tensor built from a Python list is a
-        host-to-device copy, which on CUDA waits for the stream (pageable memory)"""
+        self._on_device = DeviceConstants()
 
     def _flat_moments(self) -> None:
         """``m_st``/``v_st`` of the laid-out tensors as views of the moment buffers."""
@@ -116,13 +115,6 @@ class ArrayAdamW:
         for k, m, v in zip(self.flat_idx, self.flat.views(self.m_flat), self.flat.views(self.v_flat),
                            strict=True):
             self.m_st[k], self.v_st[k] = m, v
-
-    def _device_tensor(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
-                       device: torch.device) -> torch.Tensor:
-        key = (tuple(values), dtype, device)
-        if key not in self._on_device:
-            self._on_device[key] = torch.tensor(list(values), dtype=dtype, device=device)
-        return self._on_device[key]
 
     @property
     def n_members(self) -> int:
@@ -171,7 +163,7 @@ class ArrayAdamW:
                 sq += torch.stack(norms).pow(2).sum(0)
         if grads:
             heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
-            sq.index_add_(0, self._device_tensor(owner, torch.long, sq.device), heads.pow(2))
+            sq.index_add_(0, self._on_device(owner, torch.long, sq.device), heads.pow(2))
         return sq.sqrt()
 
     @torch.no_grad()
@@ -179,7 +171,7 @@ class ArrayAdamW:
         """Scale each member's gradients to its own clip norm, as clip_grad_norm_; returns the norms."""
         grads, owner = self._own_grads()
         norms = self.member_grad_norms((grads, owner))
-        limit = self._device_tensor([h.grad_clip for h in self.hyper], torch.float32, norms.device)
+        limit = self._on_device([h.grad_clip for h in self.hyper], torch.float32, norms.device)
         coef = (limit / (norms + 1e-6)).clamp(max=1.0)
         if self.flat is not None:
             self.flat.grad.mul_(coef.to(self.flat.grad.dtype).view(-1, 1))
@@ -187,7 +179,7 @@ class ArrayAdamW:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
         if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
-            per = coef[self._device_tensor(owner, torch.long, coef.device)]
+            per = coef[self._on_device(owner, torch.long, coef.device)]
             torch._foreach_mul_(grads, [c.to(g.dtype) for g, c in zip(grads, per.unbind(), strict=True)])
         return norms
 
@@ -230,9 +222,9 @@ class ArrayAdamW:
         for k, t in zip(self.flat_idx, take, strict=True):
             if t:
                 self.s_st[k] += 1
-        counts = {self.s_st[k] for k in self.flat_idx}
-        if all(take) and len(counts) == 1:
-            return [(None, self.flat.data, self.flat.grad, self.m_flat, self.v_flat, counts.pop())]
+        after = {self.s_st[k] for k in self.flat_idx}
+        if all(take) and len(after) == 1:
+            return [(None, self.flat.data, self.flat.grad, self.m_flat, self.v_flat, after.pop())]
         grads = self.flat.views(self.flat.grad)
         return [(None, self.stacked[k], g, self.m_st[k], self.v_st[k], self.s_st[k])
                 for k, g, t in zip(self.flat_idx, grads, take, strict=True) if t]
@@ -351,7 +343,7 @@ class ArrayAdamW:
             p.mul_(1 - lr * wd_post)
 
     def zero_grad(self) -> None:
-        if self.flat is not None:  # one fill; the gradients stay views of the buffer
+        if self.flat is not None:  # drops them: the next backward's are gathered at its sync
             self.flat.zero_grad()
         for p in self._loose():
             p.grad = None

@@ -36,6 +36,7 @@ from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
+    DeviceConstants,
     MemberRecord,
     check_shared,
     derived_seed,
@@ -187,8 +188,8 @@ class ArrayTrainer:
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
         self.step = 0
-        self._owners: dict[tuple, torch.Tensor] = {}
-        """_inspect's term -> member index, per layout of the members' terms"""
+        self._constants = DeviceConstants()
+        """_inspect's term -> member index vectors, made once per layout of the members' terms"""
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
         self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
@@ -400,11 +401,8 @@ class ArrayTrainer:
             bounds.append(bounds[-1] + len(ks))
         # each member's count of non-finite terms in one scatter (a fixed number of kernels, not
         # two a member): owner[i] is the member of term i
-        counts = tuple(len(ks) for ks in names)
-        if (counts, flat.device) not in self._owners:  # no copy from the host on most steps
-            self._owners[counts, flat.device] = torch.tensor(
-                [j for j, c in enumerate(counts) for _ in range(c)], device=flat.device)
-        owner = self._owners[counts, flat.device]
+        owner = self._constants([j for j, ks in enumerate(names) for _ in ks], torch.long,
+                                flat.device)
         member_bad = (flat.new_zeros(len(names)).index_add_(0, owner, (~ok[:n]).float()) > 0).float()
         shares = flat[n:]
         if self.world > 1:
