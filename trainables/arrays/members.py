@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,22 +125,3 @@ def pad_to(x: torch.Tensor, rows: int, cols: int, value: int) -> torch.Tensor:
     if x.shape == (rows, cols):
         return x
     return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]), value=value)
-
-
-class DeviceConstants:
-    """Small tensors a step reuses (index and limit vectors), each made once from its values: a
-    tensor built from a Python list is a copy from the host, which on CUDA waits for the stream
-    (pageable memory)."""
-
-    def __init__(self) -> None:
-        self._made: dict[tuple, torch.Tensor] = {}
-
-    def __call__(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
-                 device: torch.device) -> torch.Tensor:
-        key = (tuple(values), dtype, device)
-        if key not in self._made:
-            self._made[key] = torch.tensor(list(values), dtype=dtype, device=device)
-        return self._made[key]
-
-    def clear(self) -> None:
-        self._made.clear()

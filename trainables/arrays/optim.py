@@ -38,13 +38,31 @@ from dataclasses import dataclass
 import torch
 
 from trainables.arrays.flat import FlatStack
-from trainables.arrays.members import DeviceConstants
 
 FUSED = hasattr(torch, "_fused_adamw_")
 """torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
 
 OPTIMIZERS = ("official", "torch")
 """``RunConfig.optimizer`` values: see the module docstring"""
+
+
+class DeviceConstants:
+    """Small tensors a step reuses (index and limit vectors), each made once from its values: a
+    tensor built from a Python list is a copy from the host, which on CUDA waits for the stream
+    (pageable memory)."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+        key = (tuple(values), dtype, device)
+        if key not in self._made:
+            self._made[key] = torch.tensor(list(values), dtype=dtype, device=device)
+        return self._made[key]
+
+    def clear(self) -> None:
+        self._made.clear()
 
 
 @dataclass(frozen=True)

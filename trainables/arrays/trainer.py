@@ -36,7 +36,6 @@ from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
-    DeviceConstants,
     MemberRecord,
     check_shared,
     derived_seed,
@@ -44,7 +43,7 @@ from trainables.arrays.members import (
     pad_to,
     slug,
 )
-from trainables.arrays.optim import ArrayAdamW, MemberHyper
+from trainables.arrays.optim import ArrayAdamW, DeviceConstants, MemberHyper
 from trainables.arrays.stacked_teachers import StackedTeachers
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
