@@ -12,11 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainables.config.run_config import RunConfig
+from trainables.data.schedule import BatchSchedule
+from trainables.objectives.methods import Settings, method_of
+
+if TYPE_CHECKING:
+    from trainables.arrays.stacked_teachers import StackedTeachers
+    from trainables.data.batches import TrainingData
 
 SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
                  "precision", "num_workers", "use_gpu", "final_eval", "compile")
@@ -113,6 +119,40 @@ class MemberRecord:
         self.history, self.error = list(d["history"]), d["error"]
         self.pruned_at = d.get("pruned_at")
         self.masked, self.fully_masked_run = list(d.get("masked", [])), d.get("fully_masked_run", 0)
+
+
+class Member:
+    """One run inside the array: its config, data, schedule, private RNG streams and record."""
+
+    def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
+        self.key, self.cfg = key, cfg
+        if not isinstance(cfg.objective, Settings):
+            raise ValueError(f"member {key}: its objective is not a method's settings; build its "
+                             "config with build_config or RunConfig.resolved()")
+        self.objective: Settings = cfg.objective
+        self.method = method_of(cfg.objective)
+        self.needs = self.method.needs(cfg.objective)
+        self.filter = self.method.negative_filter(cfg.objective)
+        self.data = data
+        self.teachers = None
+        self.teacher_columns: tuple[str, ...] = ()
+        self.teacher_index: tuple[int, ...] = ()
+        """per configured text teacher, its model in ``teachers`` when one model is named twice"""
+        self.teacher_stack: StackedTeachers | None = None
+        """``teachers`` as one stacked forward, shared by the members with the same teachers
+        (None: they run one after the other, or stored columns replace them)"""
+        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
+        # epochs (the loaders go on reshuffling), and the LR decays over it either way
+        self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
+                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
+        self.total_steps = self.schedule.total_steps
+        self.dropout = generator(cfg.seed, "dropout", device)
+        self.listmle = generator(cfg.seed, "listmle", "cpu")
+        self.record = MemberRecord(key, cfg.config_hash())
+
+    @property
+    def needs_teachers(self) -> bool:
+        return self.needs.text_teachers
 
 
 def slug(key: str) -> str:

@@ -36,10 +36,9 @@ from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
-    MemberRecord,
+    Member,
     check_shared,
     derived_seed,
-    generator,
     pad_to,
     slug,
 )
@@ -48,7 +47,6 @@ from trainables.arrays.stacked_teachers import StackedTeachers
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
-from trainables.data.schedule import BatchSchedule
 from trainables.evaluation.sts import DevEvaluator, evaluate_sts_many
 from trainables.evaluation.transfer import evaluate_transfer_many
 from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
@@ -56,7 +54,7 @@ from trainables.models.mlflow_export import DATA, write_mlflow_model
 from trainables.models.pretrained import resolve_encoder
 from trainables.models.student import Student, StudentConfig, max_positions
 from trainables.objectives import TeacherInputs
-from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
+from trainables.objectives.methods import HeadDims, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
 Report = Callable[[dict[str, Any], Path | None], None]
@@ -71,40 +69,6 @@ FULLY_MASKED_STOP = 3
 """caption batches in a row whose every negative the method's false-negative filter masked before
 the member is stopped: its grounding terms are then exactly 0, so it would silently train without
 them"""
-
-
-class Member:
-    """One run inside the array: its config, data, schedule, private RNG streams and record."""
-
-    def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
-        self.key, self.cfg = key, cfg
-        if not isinstance(cfg.objective, Settings):
-            raise ValueError(f"member {key}: its objective is not a method's settings; build its "
-                             "config with build_config or RunConfig.resolved()")
-        self.objective: Settings = cfg.objective
-        self.method = method_of(cfg.objective)
-        self.needs = self.method.needs(cfg.objective)
-        self.filter = self.method.negative_filter(cfg.objective)
-        self.data = data
-        self.teachers = None
-        self.teacher_columns: tuple[str, ...] = ()
-        self.teacher_index: tuple[int, ...] = ()
-        """per configured text teacher, its model in ``teachers`` when one model is named twice"""
-        self.teacher_stack: StackedTeachers | None = None
-        """``teachers`` as one stacked forward, shared by the members with the same teachers
-        (None: they run one after the other, or stored columns replace them)"""
-        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
-        # epochs (the loaders go on reshuffling), and the LR decays over it either way
-        self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
-                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
-        self.total_steps = self.schedule.total_steps
-        self.dropout = generator(cfg.seed, "dropout", device)
-        self.listmle = generator(cfg.seed, "listmle", "cpu")
-        self.record = MemberRecord(key, cfg.config_hash())
-
-    @property
-    def needs_teachers(self) -> bool:
-        return self.needs.text_teachers
 
 
 class ArrayTrainer:
