@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.func import functional_call, vmap
 
+from trainables.arrays.teachers import teacher_inputs
 from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
 from trainables.objectives.core import PreDrawn
 
@@ -182,7 +183,7 @@ class MethodGroups:
         out = self.tr.model.heads[j].heads_outputs(
             cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
             image=b.image if kind == "pair" else None, clip_text=b.clip_text)
-        teacher = self.tr._teacher_inputs(m, b, computed) if kind == "pair" else None
+        teacher = teacher_inputs(m, b, computed) if kind == "pair" else None
         terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
         f, frac = m.filter, None
         if teacher is not None and f is not None:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
+from trainables.arrays import teachers
 from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
@@ -43,7 +44,6 @@ from trainables.arrays.members import (
     slug,
 )
 from trainables.arrays.optim import ArrayAdamW, DeviceConstants, MemberHyper
-from trainables.arrays.stacked_teachers import StackedTeachers
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
@@ -53,7 +53,6 @@ from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
 from trainables.models.mlflow_export import DATA, write_mlflow_model
 from trainables.models.pretrained import resolve_encoder
 from trainables.models.student import Student, StudentConfig, max_positions
-from trainables.objectives import TeacherInputs
 from trainables.objectives.methods import HeadDims, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
@@ -119,7 +118,8 @@ class ArrayTrainer:
             # convolutions use TF32 on Ampere and later by default (a no-op on older GPUs).
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        self._build_teachers()
+        teachers.build_teachers(self.members, self._member_setup, self.failed_setup, self.tokenizer,
+                                self.device, self.amp)
         self.members = [m for m in self.members if configs[m.key] and m.key not in self.failed_setup]
         self._all_failed()
         encoder = build_encoder(source, len(self.members))
@@ -206,83 +206,7 @@ class ArrayTrainer:
         return StudentConfig(encoder=source, method=m.method.name, proj_dim=m.cfg.proj_dim,
                              image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
 
-    def _build_teachers(self) -> None:
-        """Text teachers, one frozen model per distinct path, shared by every member using it,
-        and one stack per distinct ensemble of them (a member whose teachers cannot be built
-        fails alone)."""
-        loaded: dict[str, Any] = {}
-        stacks: dict[tuple[int, ...], StackedTeachers | None] = {}
-        # bf16 teachers only with bf16 training (their outputs are frozen targets, so bf16 would
-        # tie ranks the fp32 official teachers do not)
-        dtype = torch.bfloat16 if self.amp and self.device.type == "cuda" else torch.float32
-        for m in self.members:
-            if m.needs_teachers and m.key not in self.failed_setup:
-                self._member_setup(m.key,
-                                   lambda m=m: self._member_teachers(m, loaded, stacks, dtype))
-
-    def _member_teachers(self, m: Member, loaded: dict, stacks: dict,
-                         dtype: torch.dtype) -> None:
-        from trainables.models.teachers import TeacherEnsemble, TextTeacher
-
-        paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
-        weights = m.needs.teacher_weights or (1.0,) * len(paths)
-        if len(paths) != len(weights):
-            raise ValueError(
-                f"{len(paths)} text teachers but {len(weights)} teacher_weights; "
-                "give one weight per teacher (objective.teacher_weights)"
-            )
-        # One model named twice (the demo maps every teacher of a combination to its one text
-        # teacher) is loaded and run once; its outputs stand for each name it has
-        # (teacher_index), so the loss sees the configured teachers and weights.
-        merged: dict[str, float] = {}
-        for p, w in zip(paths, weights, strict=True):
-            merged[p] = merged.get(p, 0.0) + float(w)
-        if len(merged) < len(paths):
-            m.teacher_index = tuple(list(merged).index(p) for p in paths)
-        for p in merged:
-            if p not in loaded:
-                loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
-        m.teachers = TeacherEnsemble([loaded[p] for p in merged], list(merged.values()))
-        # Stored [CLS] columns replace the teachers' forward pass unless token states are needed.
-        stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
-        if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
-            m.teacher_columns = tuple(m.teachers.columns)
-        else:  # the teachers run every caption step: as one stacked forward where they can
-            key = tuple(id(t) for t in m.teachers.teachers)
-            if key not in stacks:
-                stacks[key] = StackedTeachers.build(m.teachers.teachers)
-            m.teacher_stack = stacks[key]
-
     # --- one step -------------------------------------------------------------------------
-    def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
-        """One forward per teacher over every member that needs it, or one for all its
-        teachers where they are stacked (``stacked_teachers.py``): j -> (embs, locals).
-
-        Members share a forward when they load the same teachers (each member has its own
-        ensemble object, so the key is the teachers', not the ensemble's); teachers are frozen and
-        run without dropout, so a row's output does not depend on the rows beside it."""
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
-            if kind == "pair" and m.teachers is not None and not b.text_teachers:
-                groups.setdefault(tuple(id(t) for t in m.teachers.teachers), []).append(j)
-        out: dict[int, tuple[tuple, tuple]] = {}
-        pad = self.tokenizer.pad_token_id or 0
-        for js in groups.values():
-            first = self.alive[js[0]]
-            run = first.teacher_stack if first.teacher_stack is not None else first.teachers
-            sizes = [batches[j][1].input_ids.shape for j in js]
-            length = max(s[1] for s in sizes)
-            ids = torch.cat([pad_to(batches[j][1].input_ids, s[0], length, pad) for j, s in zip(js, sizes, strict=True)])
-            mask = torch.cat([pad_to(batches[j][1].attention_mask, s[0], length, 0) for j, s in zip(js, sizes, strict=True)])
-            outs = run.encode(ids, mask)
-            start = 0
-            for j, (n, li) in zip(js, sizes, strict=True):
-                embs = tuple(o.emb[start:start + n] for o in outs)
-                local = tuple(o.local[start:start + n, : li - 1] for o in outs)
-                out[j] = (embs, local)
-                start += n
-        return out
-
     def train_step(self) -> dict[str, dict[str, torch.Tensor]]:
         """One optimiser step of every member alive; returns each member's loss terms."""
         step = self.step + 1
@@ -314,7 +238,7 @@ class ArrayTrainer:
                 cls = self.model.cls(ids, mask, [m.dropout for m in self.alive], extents)
                 z = self.model.mlp(cls)
             with record_function("array/teachers"):
-                teach = self._teacher_outputs(batches)
+                teach = teachers.teacher_outputs(self.alive, batches, pad)
             with record_function("array/objectives"):
                 all_terms, masked, total = self.objectives.terms(batches, cls, z, mask1, teach,
                                                                  poisoned)
@@ -340,14 +264,6 @@ class ArrayTrainer:
         # Detached: a caller holding a step's terms must not keep its graph, whose nodes remember
         # the parameters' shapes from before a member left.
         return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
-
-    def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
-        embs, local = (b.text_teachers, ()) if computed is None else computed
-        if m.teacher_index:
-            embs = tuple(embs[i] for i in m.teacher_index)
-            local = tuple(local[i] for i in m.teacher_index) if local else ()
-        return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
-                             text_teacher_local=local if m.needs.teacher_tokens else ())
 
     def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
                  step: int) -> dict[int, str]:

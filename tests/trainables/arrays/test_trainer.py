@@ -51,30 +51,31 @@ def test_dalr_members_with_the_same_teachers_share_one_teacher_forward(tiny_bert
                                                                        monkeypatch):
     """The teachers run once a step for every DALR member that needs them, not once a member,
     and each DALR member still trains as it does alone."""
+    from trainables.arrays import teachers
     from trainables.models.teachers import TextTeacher
 
     calls, sharing = [], []
-    encode_ids, outputs = TextTeacher.encode_ids, ArrayTrainer._teacher_outputs
+    encode_ids, outputs = TextTeacher.encode_ids, teachers.teacher_outputs
 
     def counting_encode(self, ids, mask):
         calls.append(ids.shape[0])
         return encode_ids(self, ids, mask)
 
-    def counting_outputs(self, batches):
+    def counting_outputs(alive, batches, pad):
         before = len(calls)
-        out = outputs(self, batches)
+        out = outputs(alive, batches, pad)
         sharing.append((len(out), len(calls) - before))  # (members served, teacher forwards)
         return out
 
     monkeypatch.setattr(TextTeacher, "encode_ids", counting_encode)
-    monkeypatch.setattr(ArrayTrainer, "_teacher_outputs", counting_outputs)
+    monkeypatch.setattr(teachers, "teacher_outputs", counting_outputs)
     both = run([("d1", cfg(tiny_bert, cache, "dalr", seed=1)), ("m", cfg(tiny_bert, cache, "mcse", seed=2)),
                 ("d2", cfg(tiny_bert, cache, "dalr", seed=2))], tmp_path / "both")
     served = list(sharing)
     assert any(n == 2 for n, _ in served), served  # some step had both DALR members on captions
     assert all(forwards == (1 if n else 0) for n, forwards in served), served  # one teacher
     monkeypatch.setattr(TextTeacher, "encode_ids", encode_ids)
-    monkeypatch.setattr(ArrayTrainer, "_teacher_outputs", outputs)
+    monkeypatch.setattr(teachers, "teacher_outputs", outputs)
     for key, seed in (("d1", 1), ("d2", 2)):
         alone = run([(key, cfg(tiny_bert, cache, "dalr", seed=seed))], tmp_path / key)
         assert_same_member(alone[1], alone[2], both[1], both[2], key, key)
