@@ -103,8 +103,10 @@ def phase_of_frame(pkg: str, path: str, func: str) -> str | None:
         return "bookkeeping" if func in ("add_terms", "pop_means") else "batch assembly"
     if path == "arrays/teachers":
         return {"teacher_outputs": "teachers", "teacher_inputs": "heads + objective"}.get(func, "other")
+    if path == "arrays/finite_check":
+        return "finite check"
     if path == "arrays/trainer":
-        return {"_inspect": "finite check", "train_step": "batch assembly"}.get(func, "other")
+        return {"train_step": "batch assembly"}.get(func, "other")
     return None
 
 

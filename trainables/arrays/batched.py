@@ -159,7 +159,7 @@ class MethodGroups:
     def _one_alone(self, j: int, kb: tuple[str, Batch], cls: torch.Tensor, z: torch.Tensor,
                    computed, poisoned: set[str]) -> tuple[Terms, torch.Tensor | None]:
         """``_one``, where a member whose heads or loss raise fails alone: its reason goes to
-        ``_inspect`` and its terms are a NaN mark, so every worker drops it."""
+        the finite check (``finite_check.py``) and its terms are a NaN mark, so every worker drops it."""
         try:
             return self._one(j, kb, cls, z, computed, poisoned)
         except (MemoryError, torch.OutOfMemoryError):

@@ -35,6 +35,7 @@ from trainables.arrays import teachers
 from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
+from trainables.arrays.finite_check import FiniteCheck
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     Member,
@@ -43,7 +44,7 @@ from trainables.arrays.members import (
     pad_to,
     slug,
 )
-from trainables.arrays.optim import ArrayAdamW, DeviceConstants, MemberHyper
+from trainables.arrays.optim import ArrayAdamW, MemberHyper
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
@@ -64,10 +65,7 @@ view; ``evaluating`` names the final evaluation under way ("STS", "transfer SST2
 PROGRESS_S = 10.0
 """seconds between two progress calls while the array trains"""
 FINAL_FILE = "final.json"
-FULLY_MASKED_STOP = 3
-"""caption batches in a row whose every negative the method's false-negative filter masked before
-the member is stopped: its grounding terms are then exactly 0, so it would silently train without
-them"""
+
 
 
 class ArrayTrainer:
@@ -151,8 +149,7 @@ class ArrayTrainer:
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
         self.step = 0
-        self._constants = DeviceConstants()
-        """_inspect's term -> member index vectors, made once per layout of the members' terms"""
+        self.finite = FiniteCheck(world)
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
         self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
@@ -249,7 +246,8 @@ class ArrayTrainer:
         if self.world > 1:
             self._all_reduce_grads()
         with record_function("array/inspect"):
-            bad = self._inspect(all_terms, masked, step)
+            bad = self.finite.members_to_drop(self.alive, all_terms, masked,
+                                               self.objectives.errors, step)
         if bad:
             self._drop(bad)
             all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
@@ -264,73 +262,6 @@ class ArrayTrainer:
         # Detached: a caller holding a step's terms must not keep its graph, whose nodes remember
         # the parameters' shapes from before a member left.
         return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
-
-    def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
-                 step: int) -> dict[int, str]:
-        """Members to drop -> why: a step that raised in the member's heads or loss, a NaN/inf
-        loss term, or a threshold filter that masked every negative for FULLY_MASKED_STOP
-        caption batches in a row. One host sync for the array."""
-        names = [list(t) for t in all_terms]
-        flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
-                           + [masked[j].detach().float() for j in sorted(masked)])
-        ok = torch.isfinite(flat)
-        n = flat.numel() - len(masked)
-        bounds = [0]
-        for ks in names:
-            bounds.append(bounds[-1] + len(ks))
-        # each member's count of non-finite terms in one scatter (a fixed number of kernels, not
-        # two a member): owner[i] is the member of term i
-        owner = self._constants([j for j, ks in enumerate(names) for _ in ks], torch.long,
-                                flat.device)
-        member_bad = (flat.new_zeros(len(names)).index_add_(0, owner, (~ok[:n]).float()) > 0).float()
-        shares = flat[n:]
-        if self.world > 1:
-            # Every worker drops the same members: a member is bad when it is bad on any worker,
-            # and the filter's stop rule reads the fraction masked over all workers' rows (each
-            # worker sees its own shard of the batch). One all-reduce of a vector whose length is
-            # the same on every worker (a member's terms may differ where its step raised).
-            import torch.distributed as dist
-
-            both = torch.cat([member_bad, torch.nan_to_num(shares.float(), nan=0.0)])
-            dist.all_reduce(both)
-            member_bad, shares = both[: len(names)], both[len(names):] / self.world
-        # one read-back for the array: the members' flags, the filter shares and every value
-        back = torch.cat([member_bad.float(), shares.float(), flat]).tolist()
-        bad_list, share_list = back[: len(names)], back[len(names): len(names) + shares.numel()]
-        vals = back[len(names) + shares.numel():]
-        ok_list = [math.isfinite(v) for v in vals]
-        out: dict[int, str] = {}
-        errors = self.objectives.errors
-        for j, ks in enumerate(names):
-            if not bad_list[j]:
-                continue
-            m, pos = self.alive[j], bounds[j]
-            flags = ok_list[pos : pos + len(ks)]
-            if j in errors:
-                out[j] = errors[j]
-            elif all(flags):  # bad on another worker only
-                out[j] = (f"failed at step {step} on another worker of the array (config "
-                          f"{m.record.config_hash}); its reason is in that worker's log")
-            else:
-                bad = [k for k, good in zip(ks, flags, strict=True) if not good]
-                culprit = next((k for k in bad if k != "total"), "total")
-                value = vals[pos + ks.index(culprit)]
-                out[j] = (f"non-finite loss at step {step}: term {culprit!r} is {value} (config "
-                          f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
-                          "precision=fp32")
-        for j, frac in zip(sorted(masked), share_list, strict=True):
-            r, f = self.alive[j].record, self.alive[j].filter
-            if f is None or j in errors:
-                continue
-            r.masked.append(frac)
-            r.fully_masked_run = r.fully_masked_run + 1 if frac >= 1.0 else 0
-            if r.fully_masked_run >= FULLY_MASKED_STOP and j not in out:
-                out[j] = (f"the threshold filter masked every negative in {FULLY_MASKED_STOP} caption "
-                          f"batches in a row (threshold {f.threshold} on {f.on} scores of the "
-                          "stored features), so both grounding terms are exactly 0 (config "
-                          f"{r.config_hash}); use {f.on_setting}=cosine, a higher threshold, "
-                          f"or {f.setting}=none")
-        return out
 
     def _drop(self, bad: dict[int, str]) -> None:
         for j, why in bad.items():
