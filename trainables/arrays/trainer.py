@@ -36,6 +36,7 @@ from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
 from trainables.arrays.finite_check import FiniteCheck
+from trainables.arrays.halving import Halving
 from trainables.arrays.looped import build_encoder
 from trainables.arrays.members import (
     Member,
@@ -152,8 +153,7 @@ class ArrayTrainer:
         self.finite = FiniteCheck(world)
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
-        self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
-        self.groups = {m.key: (groups or {}).get(m.key, m.key) for m in self.members}
+        self.halving = Halving.of(halving, groups, [m.key for m in self.members])
         # Each member's heads and loss terms: one batched computation per method (batched.py).
         self.objectives = MethodGroups(self)
 
@@ -267,11 +267,15 @@ class ArrayTrainer:
         for j, why in bad.items():
             self.alive[j].record.error = why
             self._failed_unreported.append(self.alive[j])
-        keep = [j for j in range(len(self.alive)) if j not in bad]
-        if keep:  # when every member left, the array is over: nothing to select
-            self.model.select(keep)
-            self.optimizer.select(keep, self.model.stacked_parameters())
-        self.alive = [self.alive[j] for j in keep]
+        self._keep([j for j in range(len(self.alive)) if j not in bad])
+
+    def _keep(self, idx: list[int]) -> None:
+        """Only members ``idx`` (among the alive, in that order) go on: the model's and the
+        optimiser's member axes and the list of the alive, in step."""
+        if idx:  # when every member left, the array is over: nothing to select
+            self.model.select(idx)
+            self.optimizer.select(idx, self.model.stacked_parameters())
+        self.alive = [self.alive[j] for j in idx]
 
     def _all_reduce_grads(self) -> None:
         import torch.distributed as dist
@@ -331,7 +335,7 @@ class ArrayTrainer:
                 mm.update(stsb_dev=scores[j], best_stsb_dev=r.best, best_step=r.best_step,
                           elapsed_s=time.time() - t0)
             metrics["members"].append(mm)
-        if self.step in self.rungs:  # every rank: they must keep the same members
+        if self.step in self.halving.rungs:  # every rank: they must keep the same members
             metrics["members"] += self._halve(dict(zip([m.key for m in self.alive], scores, strict=True)))
         metrics["members"] += self._failures()
         ckpt_dir = None
@@ -341,37 +345,12 @@ class ArrayTrainer:
         report(metrics, ckpt_dir)
 
     def _halve(self, scores: dict[str, float]) -> list[dict[str, Any]]:
-        """Successive halving at a rung: keep the best 1/eta of the groups by their mean dev
-        score (a configuration is judged on all its seeds), drop the rest from the array.
-
-        Only rank 0 has dev scores: it decides and every other rank drops what it says, so the
-        workers' stacked parameters keep one shape (a rank that kept more members would fail the
-        next gradient all-reduce)."""
-        keep: set[str] | None = None
-        if self.rank == 0:
-            by_group: dict[str, list[float]] = {}
-            for m in self.alive:
-                by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
-            ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
-            keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
-        if self.world > 1:
-            import torch.distributed as dist
-
-            box = [keep]
-            dist.broadcast_object_list(box, src=0)
-            keep = box[0]
-        assert keep is not None
-        out, drop = [], {}
-        for j, m in enumerate(self.alive):
-            if self.groups[m.key] not in keep:
-                m.record.pruned_at = self.step
-                drop[j] = m
-                out.append({"key": m.key, "pruned": 1, "step": self.step})
-        if drop:
-            keep_idx = [j for j in range(len(self.alive)) if j not in drop]
-            self.model.select(keep_idx)
-            self.optimizer.select(keep_idx, self.model.stacked_parameters())
-            self.alive = [self.alive[j] for j in keep_idx]
+        """Successive halving at a rung (``halving.py``): the members of the groups not kept
+        leave the array; their report entries."""
+        keep = self.halving.groups_to_keep(self.alive, scores, self.rank, self.world)
+        kept, out = self.halving.prune(self.alive, keep, self.step)
+        if len(kept) < len(self.alive):
+            self._keep(kept)
         return out
 
     def _failures(self) -> list[dict[str, Any]]:
@@ -483,9 +462,7 @@ class ArrayTrainer:
         alive = set(state["alive"])
         keep = [j for j, m in enumerate(self.alive) if m.key in alive]
         if len(keep) != len(self.alive):
-            self.model.select(keep)
-            self.optimizer.select(keep, self.model.stacked_parameters())
-            self.alive = [self.alive[j] for j in keep]
+            self._keep(keep)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
