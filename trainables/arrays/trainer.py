@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from trainables.arrays import teachers
+from trainables.arrays import final_eval, teachers
 from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
@@ -49,12 +49,11 @@ from trainables.arrays.optim import ArrayAdamW, MemberHyper
 from trainables.config.run_config import RunConfig
 from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
-from trainables.evaluation.sts import DevEvaluator, evaluate_sts_many
-from trainables.evaluation.transfer import evaluate_transfer_many
+from trainables.evaluation.sts import DevEvaluator
 from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
 from trainables.models.mlflow_export import DATA, write_mlflow_model
 from trainables.models.pretrained import resolve_encoder
-from trainables.models.student import Student, StudentConfig, max_positions
+from trainables.models.student import Student, StudentConfig
 from trainables.objectives.methods import HeadDims, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
@@ -307,18 +306,9 @@ class ArrayTrainer:
         """STS-B dev Spearman x 100 of every member alive (no dropout), one pass for all."""
         return self.dev.scores_many(lambda ids, mask: self.model.cls(ids, mask))
 
-    @property
-    def max_positions(self) -> int:
-        return max_positions(self.model.encoder.hf_config, self.tokenizer)
-
-    @torch.no_grad()
     def encode_many(self, sentences: list[str]) -> torch.Tensor:
-        """(M, n, H) evaluation embeddings ([CLS] before the MLP) of every member alive; whole
-        sentences, as SentEval feeds them, cut only at the encoder's position limit."""
-        tok = self.tokenizer(list(sentences), padding=True, truncation=True,
-                             max_length=self.max_positions, return_tensors="pt")
-        return self.model.cls(tok["input_ids"].to(self.device),
-                              tok["attention_mask"].to(self.device)).float().cpu()
+        """(M, n, H) evaluation embeddings of every member alive (``final_eval.encode_many``)."""
+        return final_eval.encode_many(self.model, self.tokenizer, self.device, sentences)
 
     def _eval_and_report(self, report: Report, workdir: Path, epoch: int, t0: float) -> None:
         metrics: dict[str, Any] = {"step": self.step, "epoch": epoch, "members": []}
@@ -397,36 +387,9 @@ class ArrayTrainer:
             if progress is not None:
                 progress({"step": self.step, "total_steps": self.total_steps, "evaluating": what})
 
-        tell("STS")
-        for j, m in enumerate(self.alive):
-            if m.record.best_state is not None:
-                self.model.load_member_state(j, m.record.best_state)
-        results = evaluate_sts_many(self.encode_many, self.members[0].data.senteval_dir,
-                                    batch_size=self.cfg.eval_batch_size)
-        out = {}
-        for m, res in zip(self.alive, results, strict=True):
-            d = {f"test/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)}
-            d.update(best_stsb_dev=m.record.best, best_step=m.record.best_step, steps=self.step)
-            out[m.key] = d
-        self._transfer_metrics(out, lambda name, i, n: tell(f"transfer {name} ({i}/{n})"))
-        return out
-
-    def _transfer_metrics(self, out: dict[str, dict[str, Any]],
-                          on_task: Callable[[str, int, int], None] | None = None) -> None:
-        """SentEval's transfer tasks (``RunConfig.transfer``) of each member's best weights, as
-        ``transfer/<task>`` and ``transfer/avg``: sentences encoded once for the array, each
-        member's probes trained on its own embeddings alone (``trainables.evaluation.transfer``)."""
-        todo: dict[tuple[Path, str], list[int]] = {}
-        for j, m in enumerate(self.alive):
-            if m.cfg.transfer is not None and m.data.transfer_dir is not None:
-                todo.setdefault((m.data.transfer_dir, m.cfg.transfer), []).append(j)
-        for (folder, mode), idx in todo.items():
-            results = evaluate_transfer_many(lambda s, idx=idx: self.encode_many(s)[idx], folder,
-                                             mode=mode, batch_size=self.cfg.eval_batch_size,
-                                             on_task=on_task)
-            for j, res in zip(idx, results, strict=True):
-                out[self.alive[j].key].update(
-                    {f"transfer/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)})
+        return final_eval.final_metrics(self.model, self.alive, self.encode_many,
+                                        self.members[0].data.senteval_dir,
+                                        self.cfg.eval_batch_size, self.step, tell)
 
     # --- checkpoint -----------------------------------------------------------------------
     def save_state(self, path: Path) -> None:
