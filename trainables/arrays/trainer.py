@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from trainables.arrays import final_eval, teachers
+from trainables.arrays import checkpoint, final_eval, teachers
 from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.capture import capture
@@ -43,7 +43,6 @@ from trainables.arrays.members import (
     check_shared,
     derived_seed,
     pad_to,
-    slug,
 )
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
 from trainables.config.run_config import RunConfig
@@ -51,9 +50,8 @@ from trainables.data.batches import Batch, TrainingData, check_dims, load_data
 from trainables.data.corpus import Tokenize
 from trainables.evaluation.sts import DevEvaluator
 from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
-from trainables.models.mlflow_export import DATA, write_mlflow_model
 from trainables.models.pretrained import resolve_encoder
-from trainables.models.student import Student, StudentConfig
+from trainables.models.student import StudentConfig
 from trainables.objectives.methods import HeadDims, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
@@ -64,7 +62,6 @@ Progress = Callable[[dict[str, Any]], None]
 view; ``evaluating`` names the final evaluation under way ("STS", "transfer SST2 (5/7)")"""
 PROGRESS_S = 10.0
 """seconds between two progress calls while the array trains"""
-FINAL_FILE = "final.json"
 
 
 
@@ -391,37 +388,14 @@ class ArrayTrainer:
                                         self.members[0].data.senteval_dir,
                                         self.cfg.eval_batch_size, self.step, tell)
 
-    # --- checkpoint -----------------------------------------------------------------------
+    # --- checkpoint (checkpoint.py) ------------------------------------------------------
     def save_state(self, path: Path) -> None:
         """Everything a bit-exact resume needs: weights, optimiser, schedules, every RNG stream."""
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
-        members = {}
-        for m in self.members:
-            current = m.record.best_step == self.step and m in self.alive
-            members[m.key] = {
-                "record": m.record.bookkeeping(), "schedule": m.schedule.state_dict(),
-                "dropout": m.dropout.get_state(), "listmle": m.listmle.get_state(),
-                # When the best is the current model (the usual case at an eval), don't write
-                # the weights twice: a checkpoint of MiniLM shrinks by a quarter.
-                "best_state": None if current else m.record.best_state, "best_is_model": current,
-            }
-        state = {"keys": [m.key for m in self.members], "alive": [m.key for m in self.alive],
-                 "step": self.step, "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "members": members}
-        torch.save(state, tmp / "state.pt")
-        tmp.rename(path)
+        checkpoint.save_state(path, self.members, self.alive, self.step, self.model, self.optimizer)
 
     def load_state(self, path: Path) -> None:
-        state = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
-        mine = {m.key: m.record.config_hash for m in self.members}
-        theirs = {k: v["record"]["config_hash"] for k, v in state["members"].items()}
-        if mine != theirs:
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ValueError(
-                f"checkpoint {path} belongs to another array (members {diff[:3]} differ); resume "
-                "with the members and configs that wrote it"
-            )
+        """Continue from a checkpoint this array wrote (another array's is refused)."""
+        state = checkpoint.read_state(path, self.members)
         alive = set(state["alive"])
         keep = [j for j, m in enumerate(self.alive) if m.key in alive]
         if len(keep) != len(self.alive):
@@ -429,59 +403,13 @@ class ArrayTrainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
-        for j_m in self.members:
-            s = state["members"][j_m.key]
-            j_m.record.restore(s["record"])
-            j_m.schedule.load_state_dict(s["schedule"])
-            j_m.dropout.set_state(s["dropout"])
-            j_m.listmle.set_state(s["listmle"])
-            j_m.record.best_state = s["best_state"]
-        for j, m in enumerate(self.alive):
-            if state["members"][m.key]["best_is_model"]:
-                m.record.best_state = self.model.member_state(j)
+        checkpoint.restore_members(state["members"], self.members, self.alive, self.model)
 
     def last_evaluation(self) -> dict[str, Any]:
-        """The report of the evaluation a checkpoint was written at, for a resumed run to send
-        again: a driver killed before it logged that report would leave a hole in the curve."""
-        members = []
-        for m in self.alive:
-            r = m.record
-            if r.history and r.history[-1]["step"] == self.step:
-                members.append({"key": m.key, "stsb_dev": r.history[-1]["stsb_dev"],
-                                "best_stsb_dev": r.best, "best_step": r.best_step})
-        return {"step": self.step, "members": members, "resumed": 1}
+        """The report of the evaluation the loaded checkpoint was written at, to send again."""
+        return checkpoint.last_evaluation(self.alive, self.step)
 
     def export_best(self, root: Path) -> dict[str, Path]:
-        """Each finished member's best student as an MLflow model (``trainables.models.mlflow_export``)
-        around a Hugging Face / sentence-transformers folder; key -> the MLflow model folder."""
-        students: dict[StudentConfig, Student] = {}
-        out = {}
-        for j, m in enumerate(self.alive):
-            sc = self.student_configs[self.members.index(m)]
-            if sc not in students:
-                students[sc] = Student(sc)
-            student = students[sc]
-            best = m.record.best_state or self.model.member_state(j)
-            state = {**{f"encoder.{k}": v for k, v in best["encoder"].items()},
-                     **{f"mlp.{k}": v for k, v in best["mlp"].items()}, **best["heads"]}
-            missing, unexpected = student.load_state_dict(state, strict=False)
-            if unexpected or any(not k.startswith("encoder.pooler.") for k in missing):
-                raise RuntimeError(f"member {m.key}: weights do not fit the student "
-                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-            folder = root / slug(m.key) / "model"
-            student.save_pretrained(folder / DATA)
-            out[m.key] = write_mlflow_model(folder)
-        return out
-
-
-def write_final(path: Path, finals: dict[str, dict[str, Any]], failed: dict[str, str],
-                step: int) -> None:
-    """The record of a finished array: a resumed run re-reports it instead of training again."""
-    (path / FINAL_FILE).write_text(
-        json.dumps({"final": finals, "failed": failed, "step": step}, sort_keys=True))
-
-
-def read_final(path: Path) -> dict[str, Any] | None:
-    f = Path(path) / FINAL_FILE
-    return json.loads(f.read_text()) if f.is_file() else None
-
+        """Each finished member's best student as an MLflow model; key -> its folder."""
+        return checkpoint.export_best(root, self.alive, self.members, self.student_configs,
+                                      self.model)
