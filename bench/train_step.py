@@ -67,6 +67,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a fresh clone: python bench/...
+from trainables.arrays import build as build_mod  # noqa: E402
 from trainables.arrays import trainer as trainer_mod  # noqa: E402
 from trainables.config.run_config import RunConfig  # noqa: E402
 from trainables.data.batches import Batch  # noqa: E402
@@ -269,7 +270,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
             # the trainer's own captured step (RunConfig.compile; trainables/arrays/capture.py)
             compile=("off" if not bc.compile else "graphs" if bc.compile_mode == "reduce-overhead"
                      else "default")).resolved()))
-    with mock.patch.object(trainer_mod, "load_data", lambda _cfg: data):
+    with mock.patch.object(build_mod, "load_data", lambda _cfg: data):  # the synthetic data
         trainer = trainer_mod.ArrayTrainer(cfgs, device=bc.device)
     trainer.model.train()
 

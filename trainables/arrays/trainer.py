@@ -16,12 +16,17 @@ own config and seed, never on which members share its array or where it sits (te
 tests/trainables/arrays/test_trainer.py). A member whose loss turns NaN/inf leaves the array with
 its step and term recorded; the others go on. Ray Train drives this class through
 ``trainables.train``; tests drive it directly.
+
+This module is the loop: one step (``train_step``: batches, the stacked forward, the teachers,
+the heads and losses, backward, the finite check, the optimiser) and the run around it (``fit``:
+evaluations, reports, checkpoints). What it calls lives beside it, one concept a module:
+``build.py`` (building an array), ``teachers.py``, ``batched.py`` (the heads and loss terms),
+``finite_check.py``, ``optim.py``, ``halving.py``, ``final_eval.py`` and ``checkpoint.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,27 +37,14 @@ import torch
 from torch.profiler import record_function
 
 from trainables.arrays import checkpoint, final_eval, teachers
-from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.batched import MethodGroups
-from trainables.arrays.capture import capture
+from trainables.arrays.build import build_array
 from trainables.arrays.finite_check import FiniteCheck
 from trainables.arrays.halving import Halving
-from trainables.arrays.looped import build_encoder
-from trainables.arrays.members import (
-    Member,
-    check_shared,
-    derived_seed,
-    pad_to,
-)
-from trainables.arrays.optim import ArrayAdamW, MemberHyper
+from trainables.arrays.members import Member, pad_to
 from trainables.config.run_config import RunConfig
-from trainables.data.batches import Batch, TrainingData, check_dims, load_data
-from trainables.data.corpus import Tokenize
+from trainables.data.batches import Batch
 from trainables.evaluation.sts import DevEvaluator
-from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
-from trainables.models.pretrained import resolve_encoder
-from trainables.models.student import StudentConfig
-from trainables.objectives.methods import HeadDims, resolve_heads
 from trainables.runtime.faults import maybe_inject
 
 Report = Callable[[dict[str, Any], Path | None], None]
@@ -72,76 +64,17 @@ class ArrayTrainer:
                  rank: int = 0, world: int = 1,
                  halving: tuple[Sequence[int], float] | None = None,
                  groups: dict[str, str] | None = None):
-        if not members:
-            raise ValueError("an array needs at least one member")
-        keys = [k for k, _ in members]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"member keys must be distinct, got {keys}")
-        cfgs = [c for _, c in members]
-        check_shared(cfgs)
-        self.cfg = cfgs[0]
         self.rank, self.world = rank, world
         self.device = torch.device(device)
-        self.failed_setup: dict[str, str] = {}
-        """member key -> why it could not be set up (a draw that cannot be built, a plug-in
-        whose heads do not resolve): it fails alone, with that reason; its array-mates train"""
-        self._setup_unreported: list[str] = []
-        self.members = [m for (k, c), d in zip(members, self._data(cfgs), strict=True)
-                        if (m := self._member_setup(k, lambda k=k, c=c, d=d: Member(k, c, d, self.device)))]
-        self._all_failed()
-        steps = {m.total_steps for m in self.members}
-        if len(steps) != 1:
-            raise ValueError(f"members of one array must train the same number of steps, got {sorted(steps)}; "
-                             "set max_steps or put them in different arrays")
-        self.total_steps = int(steps.pop())
-        source = resolve_encoder(self.cfg.encoder, self.cfg.data.cache_dir)
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
-        self.tokenize = Tokenize(self.tokenizer, max_length=self.cfg.max_length)
-        # Each member's heads and teachers before the stacked encoder: a member that cannot be
-        # built leaves here, and the encoder stacks only the members that train.
-        from transformers import AutoConfig
-
-        hidden = AutoConfig.from_pretrained(source).hidden_size
-        configs = {m.key: self._member_setup(m.key, lambda m=m: self._student_config(m, source, hidden))
-                   for m in self.members}
-        cuda = self.device.type == "cuda"
-        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
-        if cuda and not self.amp:
-            # fp32 as the official runs trained it: torch 1.7-1.11 let fp32 matmuls and
-            # convolutions use TF32 on Ampere and later by default (a no-op on older GPUs).
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        teachers.build_teachers(self.members, self._member_setup, self.failed_setup, self.tokenizer,
-                                self.device, self.amp)
-        self.members = [m for m in self.members if configs[m.key] and m.key not in self.failed_setup]
-        self._all_failed()
-        encoder = build_encoder(source, len(self.members))
-        self.note = encoder.note
-        """why this array trains slower than a stacked one, or None (printed once, here)"""
-        if self.note and rank == 0:
-            print(self.note, flush=True)
-        self.student_configs = [configs[m.key] for m in self.members]
-        mlps, heads = [], []
-        for m, sc in zip(self.members, self.student_configs, strict=True):
-            with torch.random.fork_rng(devices=[]):  # each member's heads from its own seed
-                torch.manual_seed(derived_seed(m.cfg.seed, "init"))
-                mlps.append(simcse_mlp(encoder.hidden_size,
-                                       getattr(encoder.hf_config, "initializer_range", 0.02)))
-                heads.append(MethodHeads(sc.heads))
-        self.model = ArrayModel(encoder, mlps, heads).to(self.device)
-        uncaptured = capture(self.model.encoder, self.cfg.compile, self.device)
-        if uncaptured and rank == 0:
-            print(uncaptured, flush=True)
-        self.optimizer = ArrayAdamW(
-            self.model.stacked_parameters(),
-            self.model.own_parameters(),
-            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip, m.cfg.optimizer)
-             for m in self.members],
-            self.total_steps,
-            apart=self.model.gathered_parameters(),
-        )
+        built = build_array(members, self.device, rank)
+        self.cfg, self.members, self.total_steps = built.cfg, built.members, built.total_steps
+        self.tokenizer, self.tokenize, self.amp = built.tokenizer, built.tokenize, built.amp
+        self.note = built.note
+        """why this array trains slower than a stacked one, or None (printed once, at build)"""
+        self.student_configs = built.student_configs
+        self.model, self.optimizer = built.model, built.optimizer
+        self.setup = built.failures
+        """the members that could not be set up, and why"""
         self.alive: list[Member] = list(self.members)
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
@@ -152,52 +85,6 @@ class ArrayTrainer:
         self.halving = Halving.of(halving, groups, [m.key for m in self.members])
         # Each member's heads and loss terms: one batched computation per method (batched.py).
         self.objectives = MethodGroups(self)
-
-    # --- setup ----------------------------------------------------------------------------
-    def _member_setup(self, key: str, build: Callable[[], Any]) -> Any:
-        """``build()``, or None when it raised: the member is marked failed with the reason.
-        Running out of memory is the array's problem, not the member's: it is raised."""
-        try:
-            return build()
-        except (MemoryError, torch.OutOfMemoryError):
-            raise
-        except Exception as e:
-            from trainables.runtime.command_line import one_line
-
-            if key not in self.failed_setup:
-                self.failed_setup[key] = f"could not be set up: {type(e).__name__}: {one_line(e)}"
-                self._setup_unreported.append(key)
-            return None
-
-    def _all_failed(self) -> None:
-        if not self.members:
-            raise ValueError("no member of the array could be set up: " + "; ".join(
-                f"{k} {why}" for k, why in self.failed_setup.items()))
-
-    @staticmethod
-    def _data(cfgs: Sequence[RunConfig]) -> list[TrainingData]:
-        """Each distinct data setting opened once; dims checked per member before any model."""
-        cache: dict[str, TrainingData] = {}
-        out = []
-        for cfg in cfgs:
-            key = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
-            if key not in cache:
-                cache[key] = load_data(cfg)
-            check_dims(cfg, cache[key])
-            out.append(cache[key])
-        return out
-
-    @staticmethod
-    def _student_config(m: Member, source: str, hidden: int) -> StudentConfig:
-        """The member's student: its method's heads at its own settings and the store's dims."""
-        clip_text_dim = m.data.clip_text_dim if m.needs.clip_text else None
-        dims = HeadDims(hidden, m.cfg.proj_dim, m.data.image_dim, clip_text_dim)
-        try:
-            heads = resolve_heads(m.method.heads(m.objective, dims), dims, RESERVED)
-        except ValueError as e:
-            raise ValueError(f"member {m.key} (method {m.method.name!r}): {e}") from None
-        return StudentConfig(encoder=source, method=m.method.name, proj_dim=m.cfg.proj_dim,
-                             image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
 
     # --- one step -------------------------------------------------------------------------
     def train_step(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -341,15 +228,15 @@ class ArrayTrainer:
         return out
 
     def _failures(self) -> list[dict[str, Any]]:
-        out = [{"key": k, "failed": 1, "error": self.failed_setup[k]} for k in self._setup_unreported]
+        out = self.setup.pop_unreported()
         out += [{"key": m.key, "failed": 1, "error": m.record.error} for m in self._failed_unreported]
-        self._failed_unreported, self._setup_unreported = [], []
+        self._failed_unreported = []
         return out
 
     @property
     def failed(self) -> dict[str, str]:
         """Every member that failed, set up or training, -> why (one line each)."""
-        return {**self.failed_setup, **{m.key: m.record.error for m in self.members if m.record.error}}
+        return {**self.setup.reasons, **{m.key: m.record.error for m in self.members if m.record.error}}
 
     # --- the run --------------------------------------------------------------------------
     def fit(self, report: Report, workdir: Path,
@@ -369,7 +256,7 @@ class ArrayTrainer:
             self.train_step()
             if self.alive and (self.step % self.cfg.eval_every == 0 or self.step == self.total_steps):
                 self._eval_and_report(report, workdir, epoch, t0)
-        if self._failed_unreported or self._setup_unreported:  # left between evaluations
+        if self._failed_unreported or self.setup.unreported:  # left between evaluations
             report({"step": self.step, "epoch": epoch, "members": self._failures()}, None)
         return self.final_metrics(progress) if self.cfg.final_eval and self.rank == 0 else {}
 
