@@ -184,7 +184,7 @@ class MethodGroups:
             cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
             image=b.image if kind == "pair" else None, clip_text=b.clip_text)
         teacher = teacher_inputs(m, b, computed) if kind == "pair" else None
-        terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+        terms = compute_objective(m.objective, out, teacher, generator=m.method_rng)
         f, frac = m.filter, None
         if teacher is not None and f is not None:
             frac = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
@@ -228,10 +228,10 @@ class MethodGroups:
             self._settings[key] = member_settings(members, cls.device)
         inputs["settings"] = self._settings[key]
         draws = m0.needs.permutations if pair else 0
-        states = [m.listmle.get_state() for m in members] if draws else []
+        states = [m.method_rng.get_state() for m in members] if draws else []
         if draws:  # as the loss would draw them: randperm(n) from the member's own stream
             perms = torch.stack([
-                torch.stack([torch.randperm(n, generator=m.listmle, device=m.listmle.device)
+                torch.stack([torch.randperm(n, generator=m.method_rng, device=m.method_rng.device)
                              for _ in range(draws)]) for m in members])
             if perms.device.type == "cpu" and cls.device.type == "cuda":
                 perms = perms.pin_memory()  # an asynchronous copy: the host does not wait
@@ -265,7 +265,7 @@ class MethodGroups:
             fracs = frac.get("masked")
         except Exception as e:  # noqa: BLE001 - any failure: the method's members run one by one
             for m, st in zip(members, states, strict=False):
-                m.listmle.set_state(st)  # undraw: the loop draws the same permutations
+                m.method_rng.set_state(st)  # undraw: the loop draws the same permutations
             name = m0.method.name
             self.looped[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
             if tr.rank == 0:

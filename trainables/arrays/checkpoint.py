@@ -37,7 +37,7 @@ def save_state(path: Path, members: Sequence[Member], alive: Sequence[Member], s
         current = m.record.best_step == step and m in alive
         saved[m.key] = {
             "record": m.record.bookkeeping(), "schedule": m.schedule.state_dict(),
-            "dropout": m.dropout.get_state(), "listmle": m.listmle.get_state(),
+            "dropout": m.dropout.get_state(), "method_rng": m.method_rng.get_state(),
             # When the best is the current model (the usual case at an eval), don't write
             # the weights twice: a checkpoint of MiniLM shrinks by a quarter.
             "best_state": None if current else m.record.best_state, "best_is_model": current,
@@ -74,7 +74,8 @@ def restore_members(saved: dict[str, Any], members: Sequence[Member], alive: Seq
         j_m.record.restore(s["record"])
         j_m.schedule.load_state_dict(s["schedule"])
         j_m.dropout.set_state(s["dropout"])
-        j_m.listmle.set_state(s["listmle"])
+        # checkpoints written before the stream's rename keep it under its old key
+        j_m.method_rng.set_state(s["method_rng"] if "method_rng" in s else s["listmle"])
         j_m.record.best_state = s["best_state"]
     for j, m in enumerate(alive):
         if saved[m.key]["best_is_model"]:

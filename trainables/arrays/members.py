@@ -53,8 +53,13 @@ def check_shared(cfgs: list[RunConfig]) -> None:
             raise ValueError("members of one array must evaluate on the same STS data (data.senteval)")
 
 
+METHOD_STREAM = "listmle"
+"""the name ``Member.method_rng``'s seed is derived under: the name of its first user (DALR's
+ListMLE), kept because a new name would change every member's draws"""
+
+
 def derived_seed(seed: int, stream: str) -> int:
-    """A 63-bit seed for one of a member's private streams (dropout, ListMLE tie-breaks, heads)."""
+    """A 63-bit seed for one of a member's private streams (dropout, its method's draws, heads)."""
     h = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
     return int.from_bytes(h[:8], "little") >> 1
 
@@ -147,7 +152,9 @@ class Member:
                                       cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
         self.total_steps = self.schedule.total_steps
         self.dropout = generator(cfg.seed, "dropout", device)
-        self.listmle = generator(cfg.seed, "listmle", "cpu")
+        self.method_rng = generator(cfg.seed, METHOD_STREAM, "cpu")
+        """every method's random stream: what its loss draws (DALR's ListMLE tie-breaks, a
+        plug-in's declared permutations, ``Needs.permutations``)"""
         self.record = MemberRecord(key, cfg.config_hash())
 
     @property

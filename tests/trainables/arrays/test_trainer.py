@@ -142,6 +142,29 @@ def test_resume_after_kill_matches_uninterrupted(kill_at, tiny_bert, cache, tmp_
         assert torch.equal(a, b)
 
 
+def test_a_checkpoint_from_before_the_method_stream_rename_resumes_the_same(tiny_bert, cache,
+                                                                          tmp_path, monkeypatch):
+    """Checkpoints written before ``Member.method_rng`` was named for what it is keep the stream
+    under "listmle": such a checkpoint restores it, and the resumed DALR member (whose ListMLE
+    draws from it at every caption step) trains as the uninterrupted one."""
+    members = [("d", cfg(tiny_bert, cache, "dalr"))]
+    _, ref_reports, ref_final = run(members, tmp_path / "ref")
+    r = kill_and_resume(members, 5, tmp_path, monkeypatch)  # writes the checkpoint of step 3
+    ckpt = r.partial.ckpts[-1]
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    saved = state["members"]["d"]["method_rng"]
+    state["members"]["d"]["listmle"] = state["members"]["d"].pop("method_rng")
+    torch.save(state, ckpt / "state.pt")
+    old = ArrayTrainer(members)
+    assert not torch.equal(old.members[0].method_rng.get_state(), saved)  # the draws moved it
+    old.load_state(ckpt)
+    assert torch.equal(old.members[0].method_rng.get_state(), saved)
+    rest = Reports()
+    assert old.fit(rest, tmp_path / "old") == ref_final
+    assert [e["loss/total"] for e in r.partial.member("d") + rest.member("d")] == \
+        [e["loss/total"] for e in ref_reports.member("d")]
+
+
 def test_checkpoint_of_another_array_is_refused(tiny_bert, cache, tmp_path):
     _, reports, _ = run([("a", cfg(tiny_bert, cache, max_steps=3, final_eval=False))], tmp_path)
     other = ArrayTrainer([("a", cfg(tiny_bert, cache, seed=9, max_steps=3, final_eval=False))])
