@@ -431,7 +431,7 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
     """One row: an array of ``len(methods)`` members (ours) or one official-style run."""
     device = torch.device(bc.device)
     if bc.compile:
-        torch._dynamo.reset()  # a fresh model per row: drop the previous row's graphs
+        torch.compiler.reset()  # a fresh model per row: drop the previous row's graphs
     _reset_peak(device)
     m = len(methods)
     if loop == "ours":

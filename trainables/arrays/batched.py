@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.func import functional_call, vmap
 
+from trainables.arrays import kernels
 from trainables.arrays.teachers import teacher_inputs
 from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
 from trainables.objectives.core import PreDrawn
@@ -275,8 +276,8 @@ class MethodGroups:
             return None
         if buffers:  # BatchNorm's running statistics, updated in the stacked copies
             for k, stacked in buffers.items():
-                torch._foreach_copy_([dict(hd.named_buffers())[k] for hd in heads],
-                                     list(stacked.unbind(0)))
+                kernels.foreach_copy_([dict(hd.named_buffers())[k] for hd in heads],
+                                      list(stacked.unbind(0)))
         bad = [i for i, m in enumerate(members) if m.record.config_hash in poisoned]
         if bad:
             poison = torch.ones(g, device=cls.device)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from trainables.arrays import teachers
+from trainables.arrays import kernels, teachers
 from trainables.arrays.array_model import ArrayModel
 from trainables.arrays.capture import capture
 from trainables.arrays.looped import build_encoder
@@ -126,6 +126,8 @@ def build_array(members: Sequence[tuple[str, RunConfig]], device: torch.device,
     uncaptured = capture(model.encoder, cfg.compile, device)
     if uncaptured and rank == 0:
         print(uncaptured, flush=True)
+    if rank == 0:
+        kernels.announce()  # which AdamW runs, once per process
     optimizer = ArrayAdamW(
         model.stacked_parameters(),
         model.own_parameters(),

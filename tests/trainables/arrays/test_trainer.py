@@ -352,3 +352,18 @@ def test_the_final_evaluation_tells_progress_what_it_evaluates(tiny_bert, cache,
     tasks = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
     assert said == ["STS"] + [f"transfer {n} ({i}/7)" for i, n in enumerate(tasks, 1)]
     assert all(h["step"] == h["total_steps"] == t.total_steps for h in heard if "evaluating" in h)
+
+
+def test_a_run_says_once_which_optimizer_path_it_takes(tiny_bert, cache, capsys, monkeypatch):
+    """As nanoGPT's "using fused AdamW": the first array a process builds (on rank 0) prints the
+    AdamW update it runs (``kernels.py``); later arrays and other ranks say nothing."""
+    from trainables.arrays import kernels
+
+    monkeypatch.setattr(kernels, "_announced", False)
+    c = cfg(tiny_bert, cache, "mcse", max_steps=2)
+    ArrayTrainer([("a", c)], rank=1)
+    assert "optimizer:" not in capsys.readouterr().out
+    ArrayTrainer([("a", c)])
+    ArrayTrainer([("b", c)])
+    assert capsys.readouterr().out.count(kernels.optimizer_path()) == 1
+    assert kernels.optimizer_path().startswith("optimizer: fused AdamW")
