@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -97,6 +97,33 @@ def _stacked_leaf(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
         stacked.register_hook(hand_out)
     return stacked
+
+
+def member_terms(template: torch.nn.Module, m0: Member, pair: bool) -> Callable[..., tuple]:
+    """The function ``vmap`` runs over a group's members: one member's heads (``template`` with
+    that member's weights and buffers) and its method's terms and filter share, on its slice of
+    the group's inputs (``MethodGroups._group_inputs``), with its own float settings and the
+    permutations drawn ahead from its stream. ``m0``: any member of the group (its method and the
+    settings' shape, equal across the group); ``pair``: a caption batch."""
+    s0, f0 = m0.objective, m0.filter
+
+    def one(params, buffers, x):
+        out = functional_call(template, (params, buffers), (x["cls"], x["z"], x["mask"]),
+                              {"image": x.get("image"), "clip_text": x.get("clip_text")})
+        s = dataclasses.replace(s0, **x["settings"]) if x["settings"] else s0
+        teacher = None
+        if pair:
+            teacher = TeacherInputs(image=x["image"], clip_text=x.get("clip_text"),
+                                    text_teachers=x.get("embs", ()),
+                                    text_teacher_local=x.get("local", ()))
+        terms = compute_objective(s, out, teacher, generator=PreDrawn(x.get("perms")))
+        frac = {}
+        if teacher is not None and f0 is not None:
+            f = m0.method.negative_filter(s)
+            frac["masked"] = masked_fraction(x["image"], x["clip_text"], f.threshold, f.on)
+        return terms, frac
+
+    return one
 
 
 class MethodGroups:
@@ -204,30 +231,7 @@ class MethodGroups:
         pair = kind == "pair"
         n = b0.input_ids.shape[0]
         g = len(js)
-        rows = _rows(js)
-        h = cls.shape[-1]
-        length = max(batches[j][1].attention_mask.shape[1] for j in js)
-        inputs: dict[str, Any] = {
-            "cls": cls[rows, : 2 * n].reshape(g, n, 2, h),
-            "z": z[rows, : 2 * n].reshape(g, n, 2, h),
-            "mask": mask[rows, :n, :length],
-        }
-        if pair:
-            for name in ("image", "clip_text"):
-                x = getattr(b0, name)
-                inputs[name] = None if x is None else torch.stack([getattr(batches[j][1], name) for j in js])
-            if js[0] in teach:  # the teachers' forward, each member's rows of it
-                embs = [teach[j][0] for j in js]
-                inputs["embs"] = tuple(torch.stack(e) for e in zip(*embs, strict=True))
-                if m0.needs.teacher_tokens:
-                    inputs["local"] = self._local([teach[j][1] for j in js], length)
-            else:
-                inputs["embs"] = tuple(torch.stack(e) for e in zip(
-                    *(batches[j][1].text_teachers for j in js), strict=True))
-        key = tuple(m.key for m in members)
-        if key not in self._settings:
-            self._settings[key] = member_settings(members, cls.device)
-        inputs["settings"] = self._settings[key]
+        inputs = self._group_inputs(js, batches, cls, z, mask, teach)
         draws = m0.needs.permutations if pair else 0
         states = [m.method_rng.get_state() for m in members] if draws else []
         if draws:  # as the loss would draw them: randperm(n) from the member's own stream
@@ -243,26 +247,8 @@ class MethodGroups:
                   for k, _ in template.named_parameters()}
         buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
                    for k, _ in template.named_buffers()}
-        s0, f0 = m0.objective, m0.filter
-
-        def one(params, buffers, x):
-            out = functional_call(template, (params, buffers), (x["cls"], x["z"], x["mask"]),
-                                  {"image": x.get("image"), "clip_text": x.get("clip_text")})
-            s = dataclasses.replace(s0, **x["settings"]) if x["settings"] else s0
-            teacher = None
-            if pair:
-                teacher = TeacherInputs(image=x["image"], clip_text=x.get("clip_text"),
-                                        text_teachers=x.get("embs", ()),
-                                        text_teacher_local=x.get("local", ()))
-            terms = compute_objective(s, out, teacher, generator=PreDrawn(x.get("perms")))
-            frac = {}
-            if teacher is not None and f0 is not None:
-                f = m0.method.negative_filter(s)
-                frac["masked"] = masked_fraction(x["image"], x["clip_text"], f.threshold, f.on)
-            return terms, frac
-
         try:
-            terms, frac = vmap(one)(params, buffers, inputs)
+            terms, frac = vmap(member_terms(template, m0, pair))(params, buffers, inputs)
             fracs = frac.get("masked")
         except Exception as e:  # noqa: BLE001 - any failure: the method's members run one by one
             for m, st in zip(members, states, strict=False):
@@ -284,6 +270,42 @@ class MethodGroups:
             poison[bad] = float("nan")
             terms["total"] = terms["total"] * poison
         return terms, fracs
+
+    def _group_inputs(self, js: list[int], batches: list[tuple[str, Batch]], cls: torch.Tensor,
+                      z: torch.Tensor, mask: torch.Tensor,
+                      teach: dict[int, tuple[tuple, tuple]]) -> dict[str, Any]:
+        """What ``member_terms`` reads, stacked over the group's members ``js``: their rows of
+        the student's outputs and mask, their caption batch's features and teachers' outputs,
+        and the float settings on which they differ."""
+        members = [self.tr.alive[j] for j in js]
+        m0, (kind, b0) = members[0], batches[js[0]]
+        n = b0.input_ids.shape[0]
+        g = len(js)
+        rows = _rows(js)
+        h = cls.shape[-1]
+        length = max(batches[j][1].attention_mask.shape[1] for j in js)
+        inputs: dict[str, Any] = {
+            "cls": cls[rows, : 2 * n].reshape(g, n, 2, h),
+            "z": z[rows, : 2 * n].reshape(g, n, 2, h),
+            "mask": mask[rows, :n, :length],
+        }
+        if kind == "pair":
+            for name in ("image", "clip_text"):
+                x = getattr(b0, name)
+                inputs[name] = None if x is None else torch.stack([getattr(batches[j][1], name) for j in js])
+            if js[0] in teach:  # the teachers' forward, each member's rows of it
+                embs = [teach[j][0] for j in js]
+                inputs["embs"] = tuple(torch.stack(e) for e in zip(*embs, strict=True))
+                if m0.needs.teacher_tokens:
+                    inputs["local"] = self._local([teach[j][1] for j in js], length)
+            else:
+                inputs["embs"] = tuple(torch.stack(e) for e in zip(
+                    *(batches[j][1].text_teachers for j in js), strict=True))
+        key = tuple(m.key for m in members)
+        if key not in self._settings:
+            self._settings[key] = member_settings(members, cls.device)
+        inputs["settings"] = self._settings[key]
+        return inputs
 
     @staticmethod
     def _local(locals_: list[tuple[torch.Tensor, ...]], length: int) -> tuple[torch.Tensor, ...]:
