@@ -48,7 +48,7 @@ def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypa
 
     import orchestrator.run.resources as resources
     import trainables.runtime.ray_env as ray_env
-    from orchestrator.run.campaign import dry_run_arrays
+    from orchestrator.run.dry_run import dry_run_arrays
     from orchestrator.run.options import Options
     from orchestrator.spec.plan import RunPlan
     from trainables.config.profiles import build_config
