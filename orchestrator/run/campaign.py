@@ -26,12 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.run.failures import DiskFull, MemoryShort, closing_advice, memory_short
 from orchestrator.run.options import Options
 from orchestrator.run.resources import (
     TRIAL_DRIVER_RESOURCES,
     local_resources,
     wait_for_resources,
 )
+from orchestrator.run.resume import find_parent, say_lost_checkpoints
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
 
 
@@ -118,53 +120,14 @@ class Session:
             raise
 
     def _find_parent(self, quiet: bool = False) -> str | None:
-        """With --resume: the parent of this plan, or one line saying what the store holds
-        instead (nothing of this grid, or a plan that differs, and how). Without: None, with a
-        note when an unfinished parent of the same plan could have been resumed."""
-        from orchestrator.spec.plan import plan_difference, plan_union
-
-        c = self.campaign
-        found = self.tracker.find_parent(c.plan_id)
-        if not self.opts.resume:
-            # A plain rerun trains anew under a new parent (the parent names the Train runs):
-            # it never reports another table's results; --resume is the way to reuse them.
-            if found is not None and not quiet:
-                unfinished = found.info.status != "FINISHED"
-                print(f"note: {'an unfinished' if unfinished else 'a finished'} {c.kind} of "
-                      f"this plan is in the store (parent {found.info.run_id}, "
-                      f"{found.info.status}); this trains every run anew under a new parent, "
-                      f"--resume would {'continue' if unfinished else 'reuse'} it",
-                      file=sys.stderr, flush=True)
+        """The parent this session continues (``resume.find_parent``), or None: a new one."""
+        found = find_parent(self.tracker, self.campaign, self.opts.resume, quiet)
+        if found is None:
             return None
-        if found is not None:
-            self._code_changed(found)
-            return found.info.run_id
-        grid = c.tags.get("mmemb.grid")
-        subset = grid and self.tracker.parent_to_extend(
-            c.kind, grid, c.plan_id, {m.key: m.config_hash for m in c.members})
-        if subset:
+        if found.extended:
             self.extended = True
-            self._code_changed(self.tracker.client.get_run(subset))
-            return subset
-        tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
-        latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
-        if latest is None:
-            raise ValueError(f"--resume: nothing to resume: {self.tracker.uri} holds no {c.kind} "
-                             f"of {c.name!r}; run without --resume to start it, or pass the "
-                             "--tracking-uri the interrupted run used")
-        what, fix = plan_difference(self.tracker.parent_summary(latest), c.summary)
-        rid = latest.info.run_id
-        done = len(self.tracker.finished_runs(rid))
-        how = "; ".join(what) or "its plan id differs"
-        again = (f"run with {' '.join(fix)} to resume it" if fix else
-                 "run the command it ran to resume it")
-        union = plan_union(self.tracker.parent_summary(latest), c.summary)
-        if union and union != fix:
-            again += f", with {' '.join(union)} to extend it with this command's runs"
-        raise ValueError(f"--resume: no {c.kind} of this plan in {self.tracker.uri}; the latest "
-                         f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
-                         f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
-                         "drop --resume to start this plan anew")
+        self._code_changed(found.run)
+        return found.run_id
 
     def _code_changed(self, parent: Any) -> None:
         """--resume across a code change says so: the runs it keeps came from other code."""
@@ -295,19 +258,34 @@ class Session:
     def run(self, members: Sequence[RunPlan], experiment: str,
             halving: tuple[tuple[int, ...], float] | None = None) -> Outcome:
         """Train the members not yet finished under this parent, as arrays, in one Tune run."""
-        from ray import tune
-
         from orchestrator.run.live import LiveView, Prior
-        from orchestrator.run.placement import cleanup_callback
-        from orchestrator.run.trial import trial_fn
-        from orchestrator.spec.grids import path_part
         from orchestrator.tracking.mirror import MlflowMirror
 
         done = self.tracker.finished_runs(self.parent)
         todo = [m for m in members if m.key not in done]
         if not todo:
             return Outcome({}, {}, {})
+        arrays = self._arrays(members, done, halving)
+        mirror = MlflowMirror(arrays, self.journal, self.parent,
+                              self.tracker.unfinished_runs(self.parent))
+        self._mirrors.append(mirror)
+        if self.live_prior is None:
+            self.live_prior = Prior(time.monotonic())
+        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
+        try:
+            self._tune(arrays, experiment, [mirror, view])
+        finally:
+            self.live_prior.add(view)
+        ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
+        return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
+                       interrupted=any(m.key not in ended for m in todo))
+
+    def _arrays(self, members: Sequence[RunPlan], done: Mapping[str, str],
+                halving: tuple[tuple[int, ...], float] | None) -> list[ArrayPlan]:
+        """The arrays of the members not ``done``, said in one line (and a line per array that
+        trains slower than it could, per lost checkpoint)."""
         opts = self.opts
+        todo = [m for m in members if m.key not in done]
         new = [m for m in members if m.key not in self.array_keys]
         if new:  # members planned after the session opened (a search's rounds)
             from orchestrator.run.preflight import check_data
@@ -331,17 +309,21 @@ class Session:
                 print(f"  {t.label}: {t.note}", flush=True)
         if self.resumed:  # arrays none of whose members finished continue their checkpoints
             whole = {p.name for p in packed if p.without(done) is p}
-            self._say_lost_checkpoints([t for t in arrays if t.name in whole])
-        mirror = MlflowMirror(arrays, self.journal, self.parent,
-                              self.tracker.unfinished_runs(self.parent))
-        self._mirrors.append(mirror)
+            say_lost_checkpoints(self.tracker, self.parent, self.storage,
+                                 [t for t in arrays if t.name in whole])
+        return arrays
+
+    def _tune(self, arrays: Sequence[ArrayPlan], experiment: str, callbacks: list[Any]) -> None:
+        """One Tune experiment, a trial per array; a full disk or Ray's out-of-memory kill
+        raised as its one line (``failures.py``)."""
+        from ray import tune
+
+        from orchestrator.run.placement import cleanup_callback
+        from orchestrator.run.trial import trial_fn
+        from orchestrator.spec.grids import path_part
 
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
-
-        if self.live_prior is None:
-            self.live_prior = Prior(time.monotonic())
-        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
 
         # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
@@ -354,8 +336,8 @@ class Session:
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=path_part(experiment), storage_path=self.storage, verbose=0,
-                callbacks=[mirror, view, cleanup_callback()],
-                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+                callbacks=[*callbacks, cleanup_callback()],
+                failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )
         try:
@@ -371,27 +353,6 @@ class Session:
                                   "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
                                   f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
-        finally:
-            self.live_prior.add(view)
-        ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
-        return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
-                       interrupted=any(m.key not in ended for m in todo))
-
-    def _say_lost_checkpoints(self, arrays: Sequence[ArrayPlan]) -> None:
-        """--resume of an array whose runs had trained (they logged a dev score, so a checkpoint
-        was written) but whose checkpoints are gone from a local --storage: it starts again from
-        step 0, and says so instead of retraining silently."""
-        if "://" in self.storage:
-            return
-        results = self.tracker.member_results(self.parent)
-        for t in arrays:
-            started = [m.key for m in t.members
-                       if "stsb_dev" in (results.get(m.key) or {}).get("metrics", {})]
-            if started and not any((Path(self.storage) / t.name).glob("checkpoint_*")):
-                print(f"note: --resume: the checkpoints of {t.label} are gone from "
-                      f"{Path(self.storage) / t.name} (deleted, or another --storage); its "
-                      f"{len(started)} started run(s) train again from step 0", file=sys.stderr,
-                      flush=True)
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
@@ -507,50 +468,6 @@ def open_hint(uri: str) -> str:
             " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
             "to the head, then http://127.0.0.1:5000)" if local else ""))
     return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
-
-
-DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
-                 "threshold filter masked every negative")
-"""reasons a run fails the same way every time (its settings, its method's code, its seed): a
-``--resume`` alone would repeat them (``trainables.arrays.trainer``)"""
-
-
-def closing_advice(reasons: Sequence[str]) -> str:
-    """What to do about the failed runs: fix a deterministic failure (the report's 'Failed runs'
-    names each), resume after anything else (a worker, a node or the driver that died)."""
-    fixed = [r for r in reasons if any(d in r for d in DETERMINISTIC)]
-    if reasons and len(fixed) == len(reasons):
-        return (f"{len(fixed)} run(s) failed for a reason in their settings or method (see "
-                "'Failed runs' above): --resume alone would fail them the same way; fix the "
-                "setting or the method first, then run the same command with --resume to train "
-                "only those")
-    if fixed:
-        return (f"some runs failed: {len(fixed)} for a reason in their settings or method (fix "
-                "those first, see 'Failed runs' above), the others for reasons a rerun can get "
-                "past; run the same command with --resume to run only the failed ones")
-    return "some runs failed; run the same command with --resume to run only those"
-
-
-class DiskFull(OSError):
-    """The disk filled up under a campaign; the message is the one line to print."""
-
-
-class MemoryShort(OSError):
-    """Ray's memory monitor killed the campaign's actors (the machine ran low on memory); the
-    message is the one line to print, not Ray's page-long report of the workers it killed."""
-
-
-def memory_short(text: str) -> str | None:
-    """The one-line cause when ``text`` (an error out of Tune) is Ray's out-of-memory kill."""
-    import re
-
-    if "running low on memory" not in text and "OutOfMemoryError" not in text:
-        return None
-    killed = re.search(r"(\d+) worker\(s\) were killed", text)
-    used = re.search(r"was ([\d.]+GB) used / ([\d.]+GB) limit", text)
-    return ("this machine ran out of memory: Ray killed "
-            + (f"{killed.group(1)} worker(s)" if killed else "the run's workers")
-            + (f" ({used.group(1)} used of {used.group(2)})" if used else ""))
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",

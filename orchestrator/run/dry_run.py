@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.campaign import Campaign, Session, noted
+from orchestrator.run.campaign import Campaign, noted
 from orchestrator.run.options import Options
 from orchestrator.run.resources import local_resources
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
@@ -41,20 +41,18 @@ def resume_preview(campaign: Campaign, opts: Options) -> tuple[dict[str, str], s
     """``--resume --dry-run``: the finished runs a resume would reuse (trial key -> run id) and
     one line naming the parent it continues or extends; reads the store, writes nothing. Raises
     the refusal a real ``--resume`` would meet."""
-    from types import SimpleNamespace
-
+    from orchestrator.run.resume import find_parent
     from orchestrator.tracking.client import Tracker
 
     try:
         tracker = Tracker(opts.tracking_uri, create=False)
     except ValueError as e:
         raise ValueError(f"--resume: nothing to resume: {e}") from None
-    probe = SimpleNamespace(campaign=campaign, tracker=tracker, opts=opts, extended=False,
-                            _code_changed=lambda parent: None)
-    parent = Session._find_parent(probe, quiet=True)  # the same lookup as the real resume
+    found = find_parent(tracker, campaign, opts.resume, quiet=True)  # as the real resume does
+    parent = found.run_id if found is not None else None
     keys = {m.key for m in campaign.members}
     done = {k: v for k, v in tracker.finished_runs(parent).items() if k in keys}
-    how = "extend" if probe.extended else "continue"
+    how = "extend" if found is not None and found.extended else "continue"
     by_cell: dict[str, list[str]] = {}
     for m in campaign.members:
         if m.key in done:
