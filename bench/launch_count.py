@@ -101,9 +101,12 @@ def phase_of_frame(pkg: str, path: str, func: str) -> str | None:
         return "data"
     if path == "arrays/members":
         return "bookkeeping" if func in ("add_terms", "pop_means") else "batch assembly"
+    if path == "arrays/teachers":
+        return {"teacher_outputs": "teachers", "teacher_inputs": "heads + objective"}.get(func, "other")
+    if path == "arrays/finite_check":
+        return "finite check"
     if path == "arrays/trainer":
-        return {"_inspect": "finite check", "_teacher_outputs": "teachers",
-                "_teacher_inputs": "heads + objective", "train_step": "batch assembly"}.get(func, "other")
+        return {"train_step": "batch assembly"}.get(func, "other")
     return None
 
 
@@ -122,10 +125,10 @@ def _subtree(e) -> Iterable[Any]:
 
 def _phase_by_frames(e) -> str:
     """The phase of the innermost repository frame an event was called from ("other" if none):
-    whatever ``_teacher_outputs`` runs is "teachers", whichever module computes it (stacked
+    whatever ``teachers.teacher_outputs`` runs is "teachers", whichever module computes it (stacked
     teachers: arrays/encoder.py)."""
     frames = [m.groups() for a in _ancestors(e) if (m := FRAME.search(a.name))]
-    if any(f[1:] == ("arrays/trainer", "_teacher_outputs") for f in frames):
+    if any(f[1:] == ("arrays/teachers", "teacher_outputs") for f in frames):
         return "teachers"
     return next((ph for f in frames if (ph := phase_of_frame(*f))), "other")
 

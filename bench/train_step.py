@@ -67,6 +67,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a fresh clone: python bench/...
+from trainables.arrays import build as build_mod  # noqa: E402
 from trainables.arrays import trainer as trainer_mod  # noqa: E402
 from trainables.config.run_config import RunConfig  # noqa: E402
 from trainables.data.batches import Batch  # noqa: E402
@@ -269,7 +270,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
             # the trainer's own captured step (RunConfig.compile; trainables/arrays/capture.py)
             compile=("off" if not bc.compile else "graphs" if bc.compile_mode == "reduce-overhead"
                      else "default")).resolved()))
-    with mock.patch.object(trainer_mod, "load_data", lambda _cfg: data):
+    with mock.patch.object(build_mod, "load_data", lambda _cfg: data):  # the synthetic data
         trainer = trainer_mod.ArrayTrainer(cfgs, device=bc.device)
     trainer.model.train()
 
@@ -430,7 +431,7 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
     """One row: an array of ``len(methods)`` members (ours) or one official-style run."""
     device = torch.device(bc.device)
     if bc.compile:
-        torch._dynamo.reset()  # a fresh model per row: drop the previous row's graphs
+        torch.compiler.reset()  # a fresh model per row: drop the previous row's graphs
     _reset_peak(device)
     m = len(methods)
     if loop == "ours":

@@ -72,15 +72,14 @@ def _list() -> int:
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.analysis.cost import DEFAULT_GPU, DEFAULT_MFU
     from orchestrator.results.table_report import grid_spec
-    from orchestrator.run.campaign import (
-        Campaign,
+    from orchestrator.run.campaign import Campaign, run_table
+    from orchestrator.run.dry_run import (
         cost_estimate,
         describe,
         dry_run_arrays,
         explain,
         profile_notes,
         resume_preview,
-        run_table,
     )
     from orchestrator.run.preflight import check_campaign, check_demo_fit
     from orchestrator.spec.grids import check_seeds

@@ -102,7 +102,8 @@ def _run(args: argparse.Namespace) -> int:
         write_files,
     )
     from orchestrator.results.table_report import grid_spec, report_dir
-    from orchestrator.run.campaign import Campaign, Session, describe, dry_run_arrays
+    from orchestrator.run.campaign import Campaign, Session
+    from orchestrator.run.dry_run import describe, dry_run_arrays
     from orchestrator.run.preflight import check_campaign
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
     from orchestrator.spec.registry import load_grid

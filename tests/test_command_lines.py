@@ -136,3 +136,21 @@ def test_a_refusal_says_what_the_option_must_be(capsys):
         ablate.main(["--grid", "table3", "--array-size", "half"])
     assert "'half' is not an integer >= 1 (1 = one run per trial) or 'auto'" in \
         capsys.readouterr().err
+
+
+def test_the_package_docs_name_every_command():
+    """The command lists of ``orchestrator/__init__.py``, ``trainables/__init__.py`` and
+    docs/architecture.md name every ``python -m`` command (``fetch`` was missing from two)."""
+    import ast
+    import re
+
+    for pkg in ("orchestrator", "trainables"):
+        doc = ast.get_docstring(ast.parse((ROOT / pkg / "__init__.py").read_text())) or ""
+        listed = doc[doc.index("Commands ("): doc.index("Packages")]
+        missing = [m for m in COMMANDS if m.startswith(f"{pkg}.")
+                   and not re.search(rf"\b{m.split('.')[1]}\b", listed)]
+        assert not missing, f"{pkg}/__init__.py's command list omits {missing}"
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    line = arch[arch.index("config < data < arrays < the commands"):].split(")")[0]
+    missing = [m for m in COMMANDS if m.startswith("trainables.") and f"`{m.split('.')[1]}`" not in line]
+    assert not missing, f"docs/architecture.md's trainables commands omit {missing}"

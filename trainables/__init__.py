@@ -1,7 +1,8 @@
 """mmemb's training side: the commands at the top, one package per concept below them.
 
-Commands (``python -m trainables.X``): train (one run; the Ray Train workers' entry), convert and
-extract (feature stores); ``testing`` holds tiny models and data for tests and benchmarks.
+Commands (``python -m trainables.X``): train (one run; the Ray Train workers' entry), fetch (the
+paper profile's data onto a fresh machine), convert and extract (feature stores); ``testing``
+holds tiny models and data for tests and benchmarks.
 Packages, each importing only those listed before it: ``runtime`` (setting checks, command-line
 options, the Ray driver, locks, fault injection), ``evaluation`` (STS and transfer tasks),
 ``objectives`` (the method API and the methods' losses), ``models`` (student, heads, pretrained

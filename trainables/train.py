@@ -72,8 +72,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     import ray.train.torch
     import torch
 
+    from trainables.arrays.checkpoint import read_final, write_final
     from trainables.arrays.members import slug
-    from trainables.arrays.trainer import ArrayTrainer, read_final, write_final
+    from trainables.arrays.trainer import ArrayTrainer
     from trainables.objectives.methods import ensure_methods
     from trainables.runtime.ray_env import quiet_train_reports
 

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.run.failures import DiskFull, MemoryShort, closing_advice, memory_short
 from orchestrator.run.options import Options
 from orchestrator.run.resources import (
     TRIAL_DRIVER_RESOURCES,
     local_resources,
     wait_for_resources,
 )
+from orchestrator.run.resume import find_parent, say_lost_checkpoints
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
 
 
@@ -118,53 +120,14 @@ class Session:
             raise
 
     def _find_parent(self, quiet: bool = False) -> str | None:
-        """With --resume: the parent of this plan, or one line saying what the store holds
-        instead (nothing of this grid, or a plan that differs, and how). Without: None, with a
-        note when an unfinished parent of the same plan could have been resumed."""
-        from orchestrator.spec.plan import plan_difference, plan_union
-
-        c = self.campaign
-        found = self.tracker.find_parent(c.plan_id)
-        if not self.opts.resume:
-            # A plain rerun trains anew under a new parent (the parent names the Train runs):
-            # it never reports another table's results; --resume is the way to reuse them.
-            if found is not None and not quiet:
-                unfinished = found.info.status != "FINISHED"
-                print(f"note: {'an unfinished' if unfinished else 'a finished'} {c.kind} of "
-                      f"this plan is in the store (parent {found.info.run_id}, "
-                      f"{found.info.status}); this trains every run anew under a new parent, "
-                      f"--resume would {'continue' if unfinished else 'reuse'} it",
-                      file=sys.stderr, flush=True)
+        """The parent this session continues (``resume.find_parent``), or None: a new one."""
+        found = find_parent(self.tracker, self.campaign, self.opts.resume, quiet)
+        if found is None:
             return None
-        if found is not None:
-            self._code_changed(found)
-            return found.info.run_id
-        grid = c.tags.get("mmemb.grid")
-        subset = grid and self.tracker.parent_to_extend(
-            c.kind, grid, c.plan_id, {m.key: m.config_hash for m in c.members})
-        if subset:
+        if found.extended:
             self.extended = True
-            self._code_changed(self.tracker.client.get_run(subset))
-            return subset
-        tag = "mmemb.space" if c.kind == "search" else "mmemb.grid"
-        latest = self.tracker.latest_parent(c.kind, tag, c.tags.get(tag, c.name))
-        if latest is None:
-            raise ValueError(f"--resume: nothing to resume: {self.tracker.uri} holds no {c.kind} "
-                             f"of {c.name!r}; run without --resume to start it, or pass the "
-                             "--tracking-uri the interrupted run used")
-        what, fix = plan_difference(self.tracker.parent_summary(latest), c.summary)
-        rid = latest.info.run_id
-        done = len(self.tracker.finished_runs(rid))
-        how = "; ".join(what) or "its plan id differs"
-        again = (f"run with {' '.join(fix)} to resume it" if fix else
-                 "run the command it ran to resume it")
-        union = plan_union(self.tracker.parent_summary(latest), c.summary)
-        if union and union != fix:
-            again += f", with {' '.join(union)} to extend it with this command's runs"
-        raise ValueError(f"--resume: no {c.kind} of this plan in {self.tracker.uri}; the latest "
-                         f"of {c.name!r} (parent {rid}, {latest.info.status}, {done} runs "
-                         f"finished) has another plan: {how}. Nothing is retrained: {again}, or "
-                         "drop --resume to start this plan anew")
+        self._code_changed(found.run)
+        return found.run_id
 
     def _code_changed(self, parent: Any) -> None:
         """--resume across a code change says so: the runs it keeps came from other code."""
@@ -295,19 +258,34 @@ class Session:
     def run(self, members: Sequence[RunPlan], experiment: str,
             halving: tuple[tuple[int, ...], float] | None = None) -> Outcome:
         """Train the members not yet finished under this parent, as arrays, in one Tune run."""
-        from ray import tune
-
         from orchestrator.run.live import LiveView, Prior
-        from orchestrator.run.placement import cleanup_callback
-        from orchestrator.run.trial import trial_fn
-        from orchestrator.spec.grids import path_part
         from orchestrator.tracking.mirror import MlflowMirror
 
         done = self.tracker.finished_runs(self.parent)
         todo = [m for m in members if m.key not in done]
         if not todo:
             return Outcome({}, {}, {})
+        arrays = self._arrays(members, done, halving)
+        mirror = MlflowMirror(arrays, self.journal, self.parent,
+                              self.tracker.unfinished_runs(self.parent))
+        self._mirrors.append(mirror)
+        if self.live_prior is None:
+            self.live_prior = Prior(time.monotonic())
+        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
+        try:
+            self._tune(arrays, experiment, [mirror, view])
+        finally:
+            self.live_prior.add(view)
+        ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
+        return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
+                       interrupted=any(m.key not in ended for m in todo))
+
+    def _arrays(self, members: Sequence[RunPlan], done: Mapping[str, str],
+                halving: tuple[tuple[int, ...], float] | None) -> list[ArrayPlan]:
+        """The arrays of the members not ``done``, said in one line (and a line per array that
+        trains slower than it could, per lost checkpoint)."""
         opts = self.opts
+        todo = [m for m in members if m.key not in done]
         new = [m for m in members if m.key not in self.array_keys]
         if new:  # members planned after the session opened (a search's rounds)
             from orchestrator.run.preflight import check_data
@@ -331,17 +309,21 @@ class Session:
                 print(f"  {t.label}: {t.note}", flush=True)
         if self.resumed:  # arrays none of whose members finished continue their checkpoints
             whole = {p.name for p in packed if p.without(done) is p}
-            self._say_lost_checkpoints([t for t in arrays if t.name in whole])
-        mirror = MlflowMirror(arrays, self.journal, self.parent,
-                              self.tracker.unfinished_runs(self.parent))
-        self._mirrors.append(mirror)
+            say_lost_checkpoints(self.tracker, self.parent, self.storage,
+                                 [t for t in arrays if t.name in whole])
+        return arrays
+
+    def _tune(self, arrays: Sequence[ArrayPlan], experiment: str, callbacks: list[Any]) -> None:
+        """One Tune experiment, a trial per array; a full disk or Ray's out-of-memory kill
+        raised as its one line (``failures.py``)."""
+        from ray import tune
+
+        from orchestrator.run.placement import cleanup_callback
+        from orchestrator.run.trial import trial_fn
+        from orchestrator.spec.grids import path_part
 
         def dirname(trial) -> str:
             return f"{arrays[trial.config['index']].name}-{trial.trial_id[-5:]}"
-
-        if self.live_prior is None:
-            self.live_prior = Prior(time.monotonic())
-        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
 
         # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
@@ -354,8 +336,8 @@ class Session:
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=path_part(experiment), storage_path=self.storage, verbose=0,
-                callbacks=[mirror, view, cleanup_callback()],
-                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+                callbacks=[*callbacks, cleanup_callback()],
+                failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )
         try:
@@ -371,27 +353,6 @@ class Session:
                                   "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
                                   f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
-        finally:
-            self.live_prior.add(view)
-        ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
-        return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
-                       interrupted=any(m.key not in ended for m in todo))
-
-    def _say_lost_checkpoints(self, arrays: Sequence[ArrayPlan]) -> None:
-        """--resume of an array whose runs had trained (they logged a dev score, so a checkpoint
-        was written) but whose checkpoints are gone from a local --storage: it starts again from
-        step 0, and says so instead of retraining silently."""
-        if "://" in self.storage:
-            return
-        results = self.tracker.member_results(self.parent)
-        for t in arrays:
-            started = [m.key for m in t.members
-                       if "stsb_dev" in (results.get(m.key) or {}).get("metrics", {})]
-            if started and not any((Path(self.storage) / t.name).glob("checkpoint_*")):
-                print(f"note: --resume: the checkpoints of {t.label} are gone from "
-                      f"{Path(self.storage) / t.name} (deleted, or another --storage); its "
-                      f"{len(started)} started run(s) train again from step 0", file=sys.stderr,
-                      flush=True)
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
@@ -509,50 +470,6 @@ def open_hint(uri: str) -> str:
     return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
 
 
-DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
-                 "threshold filter masked every negative")
-"""reasons a run fails the same way every time (its settings, its method's code, its seed): a
-``--resume`` alone would repeat them (``trainables.arrays.trainer``)"""
-
-
-def closing_advice(reasons: Sequence[str]) -> str:
-    """What to do about the failed runs: fix a deterministic failure (the report's 'Failed runs'
-    names each), resume after anything else (a worker, a node or the driver that died)."""
-    fixed = [r for r in reasons if any(d in r for d in DETERMINISTIC)]
-    if reasons and len(fixed) == len(reasons):
-        return (f"{len(fixed)} run(s) failed for a reason in their settings or method (see "
-                "'Failed runs' above): --resume alone would fail them the same way; fix the "
-                "setting or the method first, then run the same command with --resume to train "
-                "only those")
-    if fixed:
-        return (f"some runs failed: {len(fixed)} for a reason in their settings or method (fix "
-                "those first, see 'Failed runs' above), the others for reasons a rerun can get "
-                "past; run the same command with --resume to run only the failed ones")
-    return "some runs failed; run the same command with --resume to run only those"
-
-
-class DiskFull(OSError):
-    """The disk filled up under a campaign; the message is the one line to print."""
-
-
-class MemoryShort(OSError):
-    """Ray's memory monitor killed the campaign's actors (the machine ran low on memory); the
-    message is the one line to print, not Ray's page-long report of the workers it killed."""
-
-
-def memory_short(text: str) -> str | None:
-    """The one-line cause when ``text`` (an error out of Tune) is Ray's out-of-memory kill."""
-    import re
-
-    if "running low on memory" not in text and "OutOfMemoryError" not in text:
-        return None
-    killed = re.search(r"(\d+) worker\(s\) were killed", text)
-    used = re.search(r"was ([\d.]+GB) used / ([\d.]+GB) limit", text)
-    return ("this machine ran out of memory: Ray killed "
-            + (f"{killed.group(1)} worker(s)" if killed else "the run's workers")
-            + (f" ({used.group(1)} used of {used.group(2)})" if used else ""))
-
-
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",
             "calibration": "orchestrator.calibrate"}
 
@@ -578,79 +495,6 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
         return s.finish(campaign.spec)
 
 
-def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], name: str,
-                   opts: Options) -> tuple[list[ArrayPlan], int]:
-    """The arrays a campaign would run and how many at once, without starting anything (the
-    resources were checked against this machine by ``preflight.check_campaign``)."""
-    from orchestrator.run.preflight import array_resources
-
-    res, _ = array_resources(opts, members)
-    if opts.address:
-        slots, res = cluster_slots(opts, members, res)
-    else:
-        slots = res.concurrency(local_resources())
-    arrays = pack(members, array_keys, name, opts.storage, opts.cpus_per_trial, res.gpus_per_trial,
-                  opts.max_failures, opts.array_size, slots)
-    return noted(arrays), slots
-
-
-def resume_preview(campaign: Campaign, opts: Options) -> tuple[dict[str, str], str]:
-    """``--resume --dry-run``: the finished runs a resume would reuse (trial key -> run id) and
-    one line naming the parent it continues or extends; reads the store, writes nothing. Raises
-    the refusal a real ``--resume`` would meet."""
-    from types import SimpleNamespace
-
-    from orchestrator.tracking.client import Tracker
-
-    try:
-        tracker = Tracker(opts.tracking_uri, create=False)
-    except ValueError as e:
-        raise ValueError(f"--resume: nothing to resume: {e}") from None
-    probe = SimpleNamespace(campaign=campaign, tracker=tracker, opts=opts, extended=False,
-                            _code_changed=lambda parent: None)
-    parent = Session._find_parent(probe, quiet=True)  # the same lookup as the real resume
-    keys = {m.key for m in campaign.members}
-    done = {k: v for k, v in tracker.finished_runs(parent).items() if k in keys}
-    how = "extend" if probe.extended else "continue"
-    by_cell: dict[str, list[str]] = {}
-    for m in campaign.members:
-        if m.key in done:
-            by_cell.setdefault(m.cell, []).append(str(m.seed))
-    listed = "; ".join(f"{c} seed{'s' * (len(v) != 1)} {' '.join(v)}" for c, v in by_cell.items())
-    return done, (f"--resume would {how} parent run {parent}: {len(done)} of {len(keys)} runs "
-                  f"done ({listed or 'none'}), {len(keys) - len(done)} would train (below)")
-
-
-def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[int, Any]:
-    """The dry run with --address: joins the cluster for a moment and counts the arrays at once
-    as the real run will (its GPU default, its nodes now), so both plan the same packing; a
-    cluster that does not answer leaves --max-concurrent (or 1), said in one note."""
-    import ray
-
-    from orchestrator.run.preflight import array_resources
-    from orchestrator.run.resources import cluster_nodes
-    from trainables.runtime.ray_env import init_ray, root_cause
-
-    try:
-        init_ray(opts.address, log_to_driver=False)
-    except Exception as e:
-        print(f"note: the Ray cluster at {opts.address} did not answer ({root_cause(e)}); the "
-              f"plan below assumes {opts.max_concurrent or 1} array(s) at a time", file=sys.stderr)
-        return opts.max_concurrent or 1, res
-    try:
-        gpus = opts.gpus_per_trial
-        if gpus is None:
-            gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
-        res, _ = array_resources(opts, members, gpus)
-        nodes = cluster_nodes()
-        slots = res.concurrency(nodes, True)
-        print(f"cluster {opts.address}: {len(nodes)} node(s) now, {slots} array(s) at a time "
-              "(an autoscaling cluster may add nodes once the run asks)", flush=True)
-        return slots, res
-    finally:
-        ray.shutdown()
-
-
 def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:
     """Each array with the note of an encoder that trains through the looped fallback (read
     from its config; the pre-start check has already found every encoder)."""
@@ -661,115 +505,3 @@ def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:
         run = t.members[0].run
         out.append(replace(t, note=backend_note(run.encoder, run.data.cache_dir) or ""))
     return out
-
-
-def describe(arrays: Sequence[ArrayPlan]) -> str:
-    """The dry run's listing: every array, its members and what it asks for."""
-    lines = []
-    for t in arrays:
-        res = f"{t.cpus:g} CPU" + (f" + {t.gpus:g} GPU" if t.gpus else "")
-        lines.append(f"{t.label}  [{res} per worker, {t.members[0].run.num_workers} worker(s)]")
-        if t.note:
-            lines.append(f"  {t.note}")
-        for m in t.members:
-            lines.append(f"  {m.key:<36s} {m.run.objective.method:<7s} {m.config_hash}")
-    return "\n".join(lines)
-
-
-RATES_DIR = Path(__file__).resolve().parents[2] / "bench" / "rates"
-"""bench/gpu_suite.py reports kept with the repository: measured rates the cost estimate prefers"""
-
-
-def cost_estimate(arrays: Sequence[ArrayPlan], steps: Mapping[str, int], gpus_per_trial: float | None,
-                  concurrent: int | None, gpu: str, mfu: float, rates: Sequence[str] = ()) -> str:
-    """The dry run's cost lines (``orchestrator.analysis.cost``) for these arrays, each run's
-    steps from the schedule at its data's real sizes (``preflight.check_data``)."""
-    from transformers import AutoConfig
-
-    from orchestrator.analysis.cost import Encoder, Member, estimate, format_estimate, read_measured
-    from trainables.models.pretrained import resolve_encoder
-
-    if gpus_per_trial == 0:
-        return "cost: no GPU estimate (--gpus-per-trial 0 trains on CPUs)"
-    shapes: dict[str, Encoder] = {}
-
-    def shape(name: str, cache: str) -> Encoder:
-        if name not in shapes:
-            shapes[name] = Encoder.from_config(AutoConfig.from_pretrained(resolve_encoder(name, cache)))
-        return shapes[name]
-
-    members = [[Member(
-        m.run.objective.method, m.run.batch_size, m.run.max_length, steps[m.key], m.run.eval_every,
-        shape(m.run.encoder, m.run.data.cache_dir),
-        tuple(shape(t, m.run.data.cache_dir) for t in m.run.text_teachers)
-        if m.run.objective.method == "dalr" else (), m.run.final_eval, m.run.precision)
-        for m in a.members] for a in arrays]
-    files = [*rates, *sorted(str(f) for f in RATES_DIR.glob("*.json"))] if RATES_DIR.is_dir() else list(rates)
-    est = estimate(members, gpu, gpus_per_trial or 1.0, concurrent, mfu,
-                   [read_measured(f) for f in files])
-    return format_estimate(est, assumed_gpus=gpus_per_trial is None)
-
-
-def profile_notes(runs: Sequence[RunPlan], profile: str | None) -> list[str]:
-    """The dry run's ``note:`` lines: one per setting a YAML profile names that not every cell
-    takes, saying which cells take it, which keep their own (a cell's or the grid's value) and
-    which do not read it (a method without that setting)."""
-    from trainables.config.profiles import profile_layers
-    from trainables.config.run_config import flatten
-    from trainables.objectives.methods import setting_names
-
-    name, values, layers = profile_layers(profile)
-    if name in ("demo", "paper"):
-        return []
-    first: dict[str, RunPlan] = {}
-    for r in runs:
-        first.setdefault(r.cell, r)
-    notes = []
-    for key, value in values.items():
-        if layers.get(key) != f"profile {name}":
-            continue  # inherited from its base
-        take, own, unread = [], [], []
-        for cell, r in first.items():
-            layer = r.origins.get(key)
-            if key.startswith("objective.") and key[10:] not in setting_names(r.run.objective.method):
-                unread.append(cell)
-            elif layer == f"profile {name}" or flatten(r.run.to_dict()).get(key) == value:
-                take.append(cell)
-            else:
-                v = flatten(r.run.to_dict()).get(key)
-                own.append(f"{cell} ({v}, {layer or 'its cell'})")
-        if own or unread:
-            parts = [f"taken by {', '.join(take)}" if take else "taken by no cell"]
-            parts += [f"kept by {', '.join(own)}"] if own else []
-            parts += [f"not read by {', '.join(unread)} (no such setting)"] if unread else []
-            notes.append(f"note: {key}={value} from profile {name}: {'; '.join(parts)}")
-    return notes
-
-
-def explain(runs: Sequence[RunPlan], lengths: Mapping[str, str] | None = None) -> str:
-    """``--dry-run --explain``: per cell, every setting that differs from its field default, its
-    value and the layer that set it (``trainables.config.profiles.explain_config``). A cell's runs differ
-    only in their seed, so the seeds are listed once. ``lengths``: member key -> its run's steps,
-    epochs, optimizer, precision and store (``preflight.DataCheck.runs``), said per cell."""
-    from trainables.config.run_config import flatten
-
-    lines = ["where each setting comes from (settings at their field default are not listed):"]
-    by_cell: dict[str, list[RunPlan]] = {}
-    for r in runs:
-        by_cell.setdefault(r.cell, []).append(r)
-    for cell, rs in by_cell.items():
-        first = rs[0]
-        values = flatten(first.run.to_dict())
-        lines.append(f"{cell} (seeds {' '.join(str(r.run.seed) for r in rs)}):")
-        if lengths and first.key in lengths:
-            lines.append(f"  run: {lengths[first.key]}")
-        for key, layer in first.origins.items():
-            if key == "seed":
-                continue
-            shown = values[key]
-            shown = ", ".join(map(str, shown)) if isinstance(shown, list) else str(shown)
-            lines.append(f"  {key:<28s} {shown:<24s} {layer}")
-        seed_layer = first.origins.get("seed")
-        if seed_layer:
-            lines.append(f"  {'seed':<28s} {'(per run)':<24s} {seed_layer}")
-    return "\n".join(lines)

@@ -317,9 +317,9 @@ def _hidden(name: str, cache: str, teacher: bool = False) -> int:
 
 def try_method_once(cfg, data, lines: list[str]) -> None:
     """One forward and backward of the member's method (heads and loss terms) on a tiny batch
-    at its real sizes (``trainables.arrays.dry_step``): a plug-in's shape or dtype error is
+    at its real sizes (``trainables.arrays.method_check``): a plug-in's shape or dtype error is
     refused here, naming the method, its heads and the sizes, before anything trains."""
-    from trainables.arrays.dry_step import try_method
+    from trainables.arrays.method_check import try_method
 
     hidden = _hidden(cfg.encoder, cfg.data.cache_dir)
     teachers = [_hidden(t, cfg.data.cache_dir, teacher=True) for t in cfg.text_teachers] \

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.func import functional_call, vmap
 
+from trainables.arrays import kernels
+from trainables.arrays.teachers import teacher_inputs
 from trainables.objectives import TeacherInputs, compute_objective, masked_fraction
 from trainables.objectives.core import PreDrawn
 
@@ -97,6 +99,33 @@ def _stacked_leaf(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return stacked
 
 
+def member_terms(template: torch.nn.Module, m0: Member, pair: bool) -> Callable[..., tuple]:
+    """The function ``vmap`` runs over a group's members: one member's heads (``template`` with
+    that member's weights and buffers) and its method's terms and filter share, on its slice of
+    the group's inputs (``MethodGroups._group_inputs``), with its own float settings and the
+    permutations drawn ahead from its stream. ``m0``: any member of the group (its method and the
+    settings' shape, equal across the group); ``pair``: a caption batch."""
+    s0, f0 = m0.objective, m0.filter
+
+    def one(params, buffers, x):
+        out = functional_call(template, (params, buffers), (x["cls"], x["z"], x["mask"]),
+                              {"image": x.get("image"), "clip_text": x.get("clip_text")})
+        s = dataclasses.replace(s0, **x["settings"]) if x["settings"] else s0
+        teacher = None
+        if pair:
+            teacher = TeacherInputs(image=x["image"], clip_text=x.get("clip_text"),
+                                    text_teachers=x.get("embs", ()),
+                                    text_teacher_local=x.get("local", ()))
+        terms = compute_objective(s, out, teacher, generator=PreDrawn(x.get("perms")))
+        frac = {}
+        if teacher is not None and f0 is not None:
+            f = m0.method.negative_filter(s)
+            frac["masked"] = masked_fraction(x["image"], x["clip_text"], f.threshold, f.on)
+        return terms, frac
+
+    return one
+
+
 class MethodGroups:
     """Computes every alive member's loss terms, a group of members of one method at a time."""
 
@@ -158,7 +187,7 @@ class MethodGroups:
     def _one_alone(self, j: int, kb: tuple[str, Batch], cls: torch.Tensor, z: torch.Tensor,
                    computed, poisoned: set[str]) -> tuple[Terms, torch.Tensor | None]:
         """``_one``, where a member whose heads or loss raise fails alone: its reason goes to
-        ``_inspect`` and its terms are a NaN mark, so every worker drops it."""
+        the finite check (``finite_check.py``) and its terms are a NaN mark, so every worker drops it."""
         try:
             return self._one(j, kb, cls, z, computed, poisoned)
         except (MemoryError, torch.OutOfMemoryError):
@@ -182,8 +211,8 @@ class MethodGroups:
         out = self.tr.model.heads[j].heads_outputs(
             cls[j, : 2 * n].view(n, 2, -1), z[j, : 2 * n].view(n, 2, -1), b.attention_mask,
             image=b.image if kind == "pair" else None, clip_text=b.clip_text)
-        teacher = self.tr._teacher_inputs(m, b, computed) if kind == "pair" else None
-        terms = compute_objective(m.objective, out, teacher, generator=m.listmle)
+        teacher = teacher_inputs(m, b, computed) if kind == "pair" else None
+        terms = compute_objective(m.objective, out, teacher, generator=m.method_rng)
         f, frac = m.filter, None
         if teacher is not None and f is not None:
             frac = masked_fraction(b.image, b.clip_text, f.threshold, f.on)
@@ -202,6 +231,56 @@ class MethodGroups:
         pair = kind == "pair"
         n = b0.input_ids.shape[0]
         g = len(js)
+        inputs = self._group_inputs(js, batches, cls, z, mask, teach)
+        draws = m0.needs.permutations if pair else 0
+        states = [m.method_rng.get_state() for m in members] if draws else []
+        if draws:  # as the loss would draw them: randperm(n) from the member's own stream
+            perms = torch.stack([
+                torch.stack([torch.randperm(n, generator=m.method_rng, device=m.method_rng.device)
+                             for _ in range(draws)]) for m in members])
+            if perms.device.type == "cpu" and cls.device.type == "cuda":
+                perms = perms.pin_memory()  # an asynchronous copy: the host does not wait
+            inputs["perms"] = perms.to(cls.device, non_blocking=True)
+        heads = [tr.model.heads[j] for j in js]
+        template = heads[0]
+        params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
+                  for k, _ in template.named_parameters()}
+        buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
+                   for k, _ in template.named_buffers()}
+        try:
+            terms, frac = vmap(member_terms(template, m0, pair))(params, buffers, inputs)
+            fracs = frac.get("masked")
+        except Exception as e:  # noqa: BLE001 - any failure: the method's members run one by one
+            for m, st in zip(members, states, strict=False):
+                m.method_rng.set_state(st)  # undraw: the loop draws the same permutations
+            name = m0.method.name
+            self.looped[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            if tr.rank == 0:
+                print(f"method {name!r}: its members' heads and losses run one by one, not as one "
+                      f"batched computation (torch.func.vmap cannot run them: "
+                      f"{self.looped[name]})", flush=True)
+            return None
+        if buffers:  # BatchNorm's running statistics, updated in the stacked copies
+            for k, stacked in buffers.items():
+                kernels.foreach_copy_([dict(hd.named_buffers())[k] for hd in heads],
+                                      list(stacked.unbind(0)))
+        bad = [i for i, m in enumerate(members) if m.record.config_hash in poisoned]
+        if bad:
+            poison = torch.ones(g, device=cls.device)
+            poison[bad] = float("nan")
+            terms["total"] = terms["total"] * poison
+        return terms, fracs
+
+    def _group_inputs(self, js: list[int], batches: list[tuple[str, Batch]], cls: torch.Tensor,
+                      z: torch.Tensor, mask: torch.Tensor,
+                      teach: dict[int, tuple[tuple, tuple]]) -> dict[str, Any]:
+        """What ``member_terms`` reads, stacked over the group's members ``js``: their rows of
+        the student's outputs and mask, their caption batch's features and teachers' outputs,
+        and the float settings on which they differ."""
+        members = [self.tr.alive[j] for j in js]
+        m0, (kind, b0) = members[0], batches[js[0]]
+        n = b0.input_ids.shape[0]
+        g = len(js)
         rows = _rows(js)
         h = cls.shape[-1]
         length = max(batches[j][1].attention_mask.shape[1] for j in js)
@@ -210,7 +289,7 @@ class MethodGroups:
             "z": z[rows, : 2 * n].reshape(g, n, 2, h),
             "mask": mask[rows, :n, :length],
         }
-        if pair:
+        if kind == "pair":
             for name in ("image", "clip_text"):
                 x = getattr(b0, name)
                 inputs[name] = None if x is None else torch.stack([getattr(batches[j][1], name) for j in js])
@@ -226,62 +305,7 @@ class MethodGroups:
         if key not in self._settings:
             self._settings[key] = member_settings(members, cls.device)
         inputs["settings"] = self._settings[key]
-        draws = m0.needs.permutations if pair else 0
-        states = [m.listmle.get_state() for m in members] if draws else []
-        if draws:  # as the loss would draw them: randperm(n) from the member's own stream
-            perms = torch.stack([
-                torch.stack([torch.randperm(n, generator=m.listmle, device=m.listmle.device)
-                             for _ in range(draws)]) for m in members])
-            if perms.device.type == "cpu" and cls.device.type == "cuda":
-                perms = perms.pin_memory()  # an asynchronous copy: the host does not wait
-            inputs["perms"] = perms.to(cls.device, non_blocking=True)
-        heads = [tr.model.heads[j] for j in js]
-        template = heads[0]
-        params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
-                  for k, _ in template.named_parameters()}
-        buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
-                   for k, _ in template.named_buffers()}
-        s0, f0 = m0.objective, m0.filter
-
-        def one(params, buffers, x):
-            out = functional_call(template, (params, buffers), (x["cls"], x["z"], x["mask"]),
-                                  {"image": x.get("image"), "clip_text": x.get("clip_text")})
-            s = dataclasses.replace(s0, **x["settings"]) if x["settings"] else s0
-            teacher = None
-            if pair:
-                teacher = TeacherInputs(image=x["image"], clip_text=x.get("clip_text"),
-                                        text_teachers=x.get("embs", ()),
-                                        text_teacher_local=x.get("local", ()))
-            terms = compute_objective(s, out, teacher, generator=PreDrawn(x.get("perms")))
-            frac = {}
-            if teacher is not None and f0 is not None:
-                f = m0.method.negative_filter(s)
-                frac["masked"] = masked_fraction(x["image"], x["clip_text"], f.threshold, f.on)
-            return terms, frac
-
-        try:
-            terms, frac = vmap(one)(params, buffers, inputs)
-            fracs = frac.get("masked")
-        except Exception as e:  # noqa: BLE001 - any failure: the method's members run one by one
-            for m, st in zip(members, states, strict=False):
-                m.listmle.set_state(st)  # undraw: the loop draws the same permutations
-            name = m0.method.name
-            self.looped[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            if tr.rank == 0:
-                print(f"method {name!r}: its members' heads and losses run one by one, not as one "
-                      f"batched computation (torch.func.vmap cannot run them: "
-                      f"{self.looped[name]})", flush=True)
-            return None
-        if buffers:  # BatchNorm's running statistics, updated in the stacked copies
-            for k, stacked in buffers.items():
-                torch._foreach_copy_([dict(hd.named_buffers())[k] for hd in heads],
-                                     list(stacked.unbind(0)))
-        bad = [i for i, m in enumerate(members) if m.record.config_hash in poisoned]
-        if bad:
-            poison = torch.ones(g, device=cls.device)
-            poison[bad] = float("nan")
-            terms["total"] = terms["total"] * poison
-        return terms, fracs
+        return inputs
 
     @staticmethod
     def _local(locals_: list[tuple[torch.Tensor, ...]], length: int) -> tuple[torch.Tensor, ...]:

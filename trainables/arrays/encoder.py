@@ -207,33 +207,25 @@ class StackedEncoder(nn.Module):
             for key in self._shapes:
                 self._p(key)[i].copy_(state[key])
 
-    def select(self, indices: Sequence[int], optimizer: torch.optim.Optimizer | None = None) -> None:
+    def select(self, indices: Sequence[int]) -> None:
         """Keep only members ``indices``, in that order (the array may shrink or reorder).
 
-        The Parameter objects stay the same (so an optimizer's param groups stay valid); their
-        ``.data`` and ``.grad`` are replaced by the selected rows. The optimizer's per-parameter
-        state is NOT touched unless ``optimizer`` is given: then every state tensor of one of
-        these parameters whose shape equals the parameter's old shape (AdamW's exp_avg,
-        exp_avg_sq) is selected the same way; scalar entries (AdamW's step) are kept, as all
-        members of an array have taken the same steps. Callers with other state layouts (or a
-        ``torch.compile``d step that guards on shapes) must rebuild them by the same selection.
+        The Parameter objects stay the same (so an optimizer's references stay valid); their
+        ``.data`` and ``.grad`` are replaced by the selected rows. An optimiser's per-member
+        state is its own to select the same way (``ArrayAdamW.select``); so is a
+        ``torch.compile``d step that guards on shapes.
         """
         idx = list(indices)
         m = self.n_members
         if not idx or any(not 0 <= i < m for i in idx):
             raise ValueError(f"select({idx}) needs a non-empty list of member indices in [0, {m})")
-        state = optimizer.state if optimizer is not None else {}
         with torch.no_grad():
             for p in self.parameters():
                 sel = torch.tensor(idx, device=p.device)
-                old_shape = p.shape
                 grad = None if p.grad is None else p.grad.index_select(0, sel)
                 p.grad = None
                 p.data = p.data.index_select(0, sel)
                 p.grad = grad
-                for k, v in state.get(p, {}).items():
-                    if torch.is_tensor(v) and v.shape == old_shape:
-                        state[p][k] = v.index_select(0, sel.to(v.device))
 
     # ----------------------------------------------------------------------------- forward
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -152,7 +152,7 @@ class LoopedEncoder(nn.Module):
             raise ValueError(f"load_member_state_dict({i}): {first}; pass a state dict of this "
                              f"{self.hf_config.model_type} architecture") from None
 
-    def select(self, indices: Sequence[int], optimizer=None) -> None:
+    def select(self, indices: Sequence[int]) -> None:
         """Keep only members ``indices``, in that order. The modules (and so their Parameter
         objects, which an optimiser holds per member) are kept as they are; nothing is stacked,
         so there is no optimiser state to select here."""

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainables.config.run_config import RunConfig
+from trainables.data.schedule import BatchSchedule
+from trainables.objectives.methods import Settings, method_of
+
+if TYPE_CHECKING:
+    from trainables.arrays.stacked_teachers import StackedTeachers
+    from trainables.data.batches import TrainingData
 
 SHARED_FIELDS = ("encoder", "batch_size", "max_length", "eval_every", "eval_batch_size",
                  "precision", "num_workers", "use_gpu", "final_eval", "compile")
@@ -48,8 +53,13 @@ def check_shared(cfgs: list[RunConfig]) -> None:
             raise ValueError("members of one array must evaluate on the same STS data (data.senteval)")
 
 
+METHOD_STREAM = "listmle"
+"""the name ``Member.method_rng``'s seed is derived under: the name of its first user (DALR's
+ListMLE), kept because a new name would change every member's draws"""
+
+
 def derived_seed(seed: int, stream: str) -> int:
-    """A 63-bit seed for one of a member's private streams (dropout, ListMLE tie-breaks, heads)."""
+    """A 63-bit seed for one of a member's private streams (dropout, its method's draws, heads)."""
     h = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
     return int.from_bytes(h[:8], "little") >> 1
 
@@ -116,6 +126,42 @@ class MemberRecord:
         self.masked, self.fully_masked_run = list(d.get("masked", [])), d.get("fully_masked_run", 0)
 
 
+class Member:
+    """One run inside the array: its config, data, schedule, private RNG streams and record."""
+
+    def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
+        self.key, self.cfg = key, cfg
+        if not isinstance(cfg.objective, Settings):
+            raise ValueError(f"member {key}: its objective is not a method's settings; build its "
+                             "config with build_config or RunConfig.resolved()")
+        self.objective: Settings = cfg.objective
+        self.method = method_of(cfg.objective)
+        self.needs = self.method.needs(cfg.objective)
+        self.filter = self.method.negative_filter(cfg.objective)
+        self.data = data
+        self.teachers = None
+        self.teacher_columns: tuple[str, ...] = ()
+        self.teacher_index: tuple[int, ...] = ()
+        """per configured text teacher, its model in ``teachers`` when one model is named twice"""
+        self.teacher_stack: StackedTeachers | None = None
+        """``teachers`` as one stacked forward, shared by the members with the same teachers
+        (None: they run one after the other, or stored columns replace them)"""
+        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
+        # epochs (the loaders go on reshuffling), and the LR decays over it either way
+        self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
+                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
+        self.total_steps = self.schedule.total_steps
+        self.dropout = generator(cfg.seed, "dropout", device)
+        self.method_rng = generator(cfg.seed, METHOD_STREAM, "cpu")
+        """every method's random stream: what its loss draws (DALR's ListMLE tie-breaks, a
+        plug-in's declared permutations, ``Needs.permutations``)"""
+        self.record = MemberRecord(key, cfg.config_hash())
+
+    @property
+    def needs_teachers(self) -> bool:
+        return self.needs.text_teachers
+
+
 def slug(key: str) -> str:
     """A member key as a folder name ('kdmcse/seed-0' -> 'kdmcse__seed-0')."""
     return "".join(c if c.isalnum() or c in "-._" else "_" for c in key.replace("/", "__"))
@@ -126,22 +172,3 @@ def pad_to(x: torch.Tensor, rows: int, cols: int, value: int) -> torch.Tensor:
     if x.shape == (rows, cols):
         return x
     return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]), value=value)
-
-
-class DeviceConstants:
-    """Small tensors a step reuses (index and limit vectors), each made once from its values: a
-    tensor built from a Python list is a copy from the host, which on CUDA waits for the stream
-    (pageable memory)."""
-
-    def __init__(self) -> None:
-        self._made: dict[tuple, torch.Tensor] = {}
-
-    def __call__(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
-                 device: torch.device) -> torch.Tensor:
-        key = (tuple(values), dtype, device)
-        if key not in self._made:
-            self._made[key] = torch.tensor(list(values), dtype=dtype, device=device)
-        return self._made[key]
-
-    def clear(self) -> None:
-        self._made.clear()

@@ -22,7 +22,8 @@ Two updates, one per member (``RunConfig.optimizer``), docs/official-code.md "Th
 
 The two differ only in where eps sits, so the official step is torch's with
 ``eps / sqrt(1 - b2^s)``: the fused kernel serves both (one call per distinct (lr, wd, eps, s));
-the single-tensor update is the fallback where the kernel is missing. The official recipe is
+the single-tensor update is the fallback where the kernel is missing or has changed (torch's
+private calls, and their checks, are in ``kernels.py``). The official recipe is
 eps 1e-6, no weight decay, linear decay to 0 without warmup, clipping at 1.0.
 
 The stacked parameters live in one (M, N) buffer and their gradients in another (``flat.py``):
@@ -37,14 +38,30 @@ from dataclasses import dataclass
 
 import torch
 
+from trainables.arrays import kernels
 from trainables.arrays.flat import FlatStack
-from trainables.arrays.members import DeviceConstants
-
-FUSED = hasattr(torch, "_fused_adamw_")
-"""torch's fused AdamW kernel (CPU and CUDA); the single-tensor update below is the fallback"""
 
 OPTIMIZERS = ("official", "torch")
 """``RunConfig.optimizer`` values: see the module docstring"""
+
+
+class DeviceConstants:
+    """Small tensors a step reuses (index and limit vectors), each made once from its values: a
+    tensor built from a Python list is a copy from the host, which on CUDA waits for the stream
+    (pageable memory)."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, values: Sequence[float] | Sequence[int], dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+        key = (tuple(values), dtype, device)
+        if key not in self._made:
+            self._made[key] = torch.tensor(list(values), dtype=dtype, device=device)
+        return self._made[key]
+
+    def clear(self) -> None:
+        self._made.clear()
 
 
 @dataclass(frozen=True)
@@ -162,7 +179,7 @@ class ArrayAdamW:
             if norms:
                 sq += torch.stack(norms).pow(2).sum(0)
         if grads:
-            heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
+            heads = torch.stack(kernels.foreach_norm([g.detach().float() for g in grads]))
             sq.index_add_(0, self._on_device(owner, torch.long, sq.device), heads.pow(2))
         return sq.sqrt()
 
@@ -180,7 +197,7 @@ class ArrayAdamW:
                 p.grad.mul_(coef.to(p.grad.dtype).view(-1, *([1] * (p.dim() - 1))))
         if grads:  # one foreach call, not a kernel per head tensor (an array's grows with M)
             per = coef[self._on_device(owner, torch.long, coef.device)]
-            torch._foreach_mul_(grads, [c.to(g.dtype) for g, c in zip(grads, per.unbind(), strict=True)])
+            kernels.foreach_mul_(grads, [c.to(g.dtype) for g, c in zip(grads, per.unbind(), strict=True)])
         return norms
 
     # --- the update ------------------------------------------------------------------------
@@ -243,7 +260,7 @@ class ArrayAdamW:
         # The LR of step t is the schedule's value before it advances (LambdaLR semantics).
         lrs = [h.lr * self.lr_factor(self.t - 1) for h in self.hyper]
         work = self._work()
-        if FUSED:
+        if kernels.FUSED_ADAMW:
             self._fused_step(lrs, work)
             return
         b1 = self.betas[0]
@@ -318,11 +335,10 @@ class ArrayAdamW:
             for (dev, _), (ps, gs, ms, vs) in by_key.items():
                 # a fill, not a copy from the host: the count changes every step
                 step = torch.full((), float(s), dtype=torch.float32, device=dev)
-                torch._fused_adamw_(ps, gs, ms, vs, [], [step] * len(ps), lr=lr, beta1=b1, beta2=b2,
-                                    weight_decay=0.0 if official else wd, eps=eps, amsgrad=False,
-                                    maximize=False)
+                kernels.fused_adamw_(ps, gs, ms, vs, [step] * len(ps), lr=lr, beta1=b1, beta2=b2,
+                                     weight_decay=0.0 if official else wd, eps=eps)
                 if official and wd > 0.0:  # transformers.AdamW decays after the update
-                    torch._foreach_mul_(ps, 1.0 - lr * wd)
+                    kernels.foreach_mul_(ps, 1.0 - lr * wd)
 
     def _update(self, p, g, m, v, lr, wd_pre, wd_post, eps, c1: float, c2: float) -> None:
         """One single-tensor AdamW step in torch's form, ``denom = sqrt(v)/sqrt(c2) + eps`` (the

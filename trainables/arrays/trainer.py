@@ -16,12 +16,17 @@ own config and seed, never on which members share its array or where it sits (te
 tests/trainables/arrays/test_trainer.py). A member whose loss turns NaN/inf leaves the array with
 its step and term recorded; the others go on. Ray Train drives this class through
 ``trainables.train``; tests drive it directly.
+
+This module is the loop: one step (``train_step``: batches, the stacked forward, the teachers,
+the heads and losses, backward, the finite check, the optimiser) and the run around it (``fit``:
+evaluations, reports, checkpoints). What it calls lives beside it, one concept a module:
+``build.py`` (building an array), ``teachers.py``, ``batched.py`` (the heads and loss terms),
+``finite_check.py``, ``optim.py``, ``halving.py``, ``final_eval.py`` and ``checkpoint.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -31,33 +36,15 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from trainables.arrays.array_model import ArrayModel
+from trainables.arrays import checkpoint, final_eval, teachers
 from trainables.arrays.batched import MethodGroups
-from trainables.arrays.capture import capture
-from trainables.arrays.looped import build_encoder
-from trainables.arrays.members import (
-    DeviceConstants,
-    MemberRecord,
-    check_shared,
-    derived_seed,
-    generator,
-    pad_to,
-    slug,
-)
-from trainables.arrays.optim import ArrayAdamW, MemberHyper
-from trainables.arrays.stacked_teachers import StackedTeachers
+from trainables.arrays.build import build_array
+from trainables.arrays.finite_check import FiniteCheck
+from trainables.arrays.halving import Halving
+from trainables.arrays.members import Member, pad_to
 from trainables.config.run_config import RunConfig
-from trainables.data.batches import Batch, TrainingData, check_dims, load_data
-from trainables.data.corpus import Tokenize
-from trainables.data.schedule import BatchSchedule
-from trainables.evaluation.sts import DevEvaluator, evaluate_sts_many
-from trainables.evaluation.transfer import evaluate_transfer_many
-from trainables.models.heads import RESERVED, MethodHeads, simcse_mlp
-from trainables.models.mlflow_export import DATA, write_mlflow_model
-from trainables.models.pretrained import resolve_encoder
-from trainables.models.student import Student, StudentConfig, max_positions
-from trainables.objectives import TeacherInputs
-from trainables.objectives.methods import HeadDims, Settings, method_of, resolve_heads
+from trainables.data.batches import Batch
+from trainables.evaluation.sts import DevEvaluator
 from trainables.runtime.faults import maybe_inject
 
 Report = Callable[[dict[str, Any], Path | None], None]
@@ -67,45 +54,7 @@ Progress = Callable[[dict[str, Any]], None]
 view; ``evaluating`` names the final evaluation under way ("STS", "transfer SST2 (5/7)")"""
 PROGRESS_S = 10.0
 """seconds between two progress calls while the array trains"""
-FINAL_FILE = "final.json"
-FULLY_MASKED_STOP = 3
-"""caption batches in a row whose every negative the method's false-negative filter masked before
-the member is stopped: its grounding terms are then exactly 0, so it would silently train without
-them"""
 
-
-class Member:
-    """One run inside the array: its config, data, schedule, private RNG streams and record."""
-
-    def __init__(self, key: str, cfg: RunConfig, data: TrainingData, device: torch.device):
-        self.key, self.cfg = key, cfg
-        if not isinstance(cfg.objective, Settings):
-            raise ValueError(f"member {key}: its objective is not a method's settings; build its "
-                             "config with build_config or RunConfig.resolved()")
-        self.objective: Settings = cfg.objective
-        self.method = method_of(cfg.objective)
-        self.needs = self.method.needs(cfg.objective)
-        self.filter = self.method.negative_filter(cfg.objective)
-        self.data = data
-        self.teachers = None
-        self.teacher_columns: tuple[str, ...] = ()
-        self.teacher_index: tuple[int, ...] = ()
-        """per configured text teacher, its model in ``teachers`` when one model is named twice"""
-        self.teacher_stack: StackedTeachers | None = None
-        """``teachers`` as one stacked forward, shared by the members with the same teachers
-        (None: they run one after the other, or stored columns replace them)"""
-        # max_steps as the official --max_train_steps: above epochs x steps_per_epoch it adds
-        # epochs (the loaders go on reshuffling), and the LR decays over it either way
-        self.schedule = BatchSchedule(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
-                                      cfg.seed, mode=cfg.schedule, max_steps=cfg.max_steps)
-        self.total_steps = self.schedule.total_steps
-        self.dropout = generator(cfg.seed, "dropout", device)
-        self.listmle = generator(cfg.seed, "listmle", "cpu")
-        self.record = MemberRecord(key, cfg.config_hash())
-
-    @property
-    def needs_teachers(self) -> bool:
-        return self.needs.text_teachers
 
 
 class ArrayTrainer:
@@ -115,211 +64,29 @@ class ArrayTrainer:
                  rank: int = 0, world: int = 1,
                  halving: tuple[Sequence[int], float] | None = None,
                  groups: dict[str, str] | None = None):
-        if not members:
-            raise ValueError("an array needs at least one member")
-        keys = [k for k, _ in members]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"member keys must be distinct, got {keys}")
-        cfgs = [c for _, c in members]
-        check_shared(cfgs)
-        self.cfg = cfgs[0]
         self.rank, self.world = rank, world
         self.device = torch.device(device)
-        self.failed_setup: dict[str, str] = {}
-        """member key -> why it could not be set up (a draw that cannot be built, a plug-in
-        whose heads do not resolve): it fails alone, with that reason; its array-mates train"""
-        self._setup_unreported: list[str] = []
-        self.members = [m for (k, c), d in zip(members, self._data(cfgs), strict=True)
-                        if (m := self._member_setup(k, lambda k=k, c=c, d=d: Member(k, c, d, self.device)))]
-        self._all_failed()
-        steps = {m.total_steps for m in self.members}
-        if len(steps) != 1:
-            raise ValueError(f"members of one array must train the same number of steps, got {sorted(steps)}; "
-                             "set max_steps or put them in different arrays")
-        self.total_steps = int(steps.pop())
-        source = resolve_encoder(self.cfg.encoder, self.cfg.data.cache_dir)
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
-        self.tokenize = Tokenize(self.tokenizer, max_length=self.cfg.max_length)
-        # Each member's heads and teachers before the stacked encoder: a member that cannot be
-        # built leaves here, and the encoder stacks only the members that train.
-        from transformers import AutoConfig
-
-        hidden = AutoConfig.from_pretrained(source).hidden_size
-        configs = {m.key: self._member_setup(m.key, lambda m=m: self._student_config(m, source, hidden))
-                   for m in self.members}
-        cuda = self.device.type == "cuda"
-        self.amp = (cuda and self.cfg.precision in ("auto", "bf16")) or self.cfg.precision == "bf16"
-        if cuda and not self.amp:
-            # fp32 as the official runs trained it: torch 1.7-1.11 let fp32 matmuls and
-            # convolutions use TF32 on Ampere and later by default (a no-op on older GPUs).
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        self._build_teachers()
-        self.members = [m for m in self.members if configs[m.key] and m.key not in self.failed_setup]
-        self._all_failed()
-        encoder = build_encoder(source, len(self.members))
-        self.note = encoder.note
-        """why this array trains slower than a stacked one, or None (printed once, here)"""
-        if self.note and rank == 0:
-            print(self.note, flush=True)
-        self.student_configs = [configs[m.key] for m in self.members]
-        mlps, heads = [], []
-        for m, sc in zip(self.members, self.student_configs, strict=True):
-            with torch.random.fork_rng(devices=[]):  # each member's heads from its own seed
-                torch.manual_seed(derived_seed(m.cfg.seed, "init"))
-                mlps.append(simcse_mlp(encoder.hidden_size,
-                                       getattr(encoder.hf_config, "initializer_range", 0.02)))
-                heads.append(MethodHeads(sc.heads))
-        self.model = ArrayModel(encoder, mlps, heads).to(self.device)
-        uncaptured = capture(self.model.encoder, self.cfg.compile, self.device)
-        if uncaptured and rank == 0:
-            print(uncaptured, flush=True)
-        self.optimizer = ArrayAdamW(
-            self.model.stacked_parameters(),
-            self.model.own_parameters(),
-            [MemberHyper(m.cfg.lr, m.cfg.weight_decay, m.cfg.adam_eps, m.cfg.grad_clip, m.cfg.optimizer)
-             for m in self.members],
-            self.total_steps,
-            apart=self.model.gathered_parameters(),
-        )
+        built = build_array(members, self.device, rank)
+        self.cfg, self.members, self.total_steps = built.cfg, built.members, built.total_steps
+        self.tokenizer, self.tokenize, self.amp = built.tokenizer, built.tokenize, built.amp
+        self.note = built.note
+        """why this array trains slower than a stacked one, or None (printed once, at build)"""
+        self.student_configs = built.student_configs
+        self.model, self.optimizer = built.model, built.optimizer
+        self.setup = built.failures
+        """the members that could not be set up, and why"""
         self.alive: list[Member] = list(self.members)
         self.dev = DevEvaluator(self.members[0].data.senteval_dir, self.tokenizer,
                                 batch_size=self.cfg.eval_batch_size, device=self.device)
         self.step = 0
-        self._constants = DeviceConstants()
-        """_inspect's term -> member index vectors, made once per layout of the members' terms"""
+        self.finite = FiniteCheck(world)
         self._failed_unreported: list[Member] = []
         # Search arrays: member groups (a configuration's seeds) halved at the rung steps.
-        self.rungs, self.eta = (tuple(int(r) for r in halving[0]), float(halving[1])) if halving else ((), 2.0)
-        self.groups = {m.key: (groups or {}).get(m.key, m.key) for m in self.members}
+        self.halving = Halving.of(halving, groups, [m.key for m in self.members])
         # Each member's heads and loss terms: one batched computation per method (batched.py).
         self.objectives = MethodGroups(self)
 
-    # --- setup ----------------------------------------------------------------------------
-    def _member_setup(self, key: str, build: Callable[[], Any]) -> Any:
-        """``build()``, or None when it raised: the member is marked failed with the reason.
-        Running out of memory is the array's problem, not the member's: it is raised."""
-        try:
-            return build()
-        except (MemoryError, torch.OutOfMemoryError):
-            raise
-        except Exception as e:
-            from trainables.runtime.command_line import one_line
-
-            if key not in self.failed_setup:
-                self.failed_setup[key] = f"could not be set up: {type(e).__name__}: {one_line(e)}"
-                self._setup_unreported.append(key)
-            return None
-
-    def _all_failed(self) -> None:
-        if not self.members:
-            raise ValueError("no member of the array could be set up: " + "; ".join(
-                f"{k} {why}" for k, why in self.failed_setup.items()))
-
-    @staticmethod
-    def _data(cfgs: Sequence[RunConfig]) -> list[TrainingData]:
-        """Each distinct data setting opened once; dims checked per member before any model."""
-        cache: dict[str, TrainingData] = {}
-        out = []
-        for cfg in cfgs:
-            key = json.dumps([cfg.to_dict()["data"], cfg.needs.captions], sort_keys=True)
-            if key not in cache:
-                cache[key] = load_data(cfg)
-            check_dims(cfg, cache[key])
-            out.append(cache[key])
-        return out
-
-    @staticmethod
-    def _student_config(m: Member, source: str, hidden: int) -> StudentConfig:
-        """The member's student: its method's heads at its own settings and the store's dims."""
-        clip_text_dim = m.data.clip_text_dim if m.needs.clip_text else None
-        dims = HeadDims(hidden, m.cfg.proj_dim, m.data.image_dim, clip_text_dim)
-        try:
-            heads = resolve_heads(m.method.heads(m.objective, dims), dims, RESERVED)
-        except ValueError as e:
-            raise ValueError(f"member {m.key} (method {m.method.name!r}): {e}") from None
-        return StudentConfig(encoder=source, method=m.method.name, proj_dim=m.cfg.proj_dim,
-                             image_dim=m.data.image_dim, clip_text_dim=clip_text_dim, heads=heads)
-
-    def _build_teachers(self) -> None:
-        """Text teachers, one frozen model per distinct path, shared by every member using it,
-        and one stack per distinct ensemble of them (a member whose teachers cannot be built
-        fails alone)."""
-        loaded: dict[str, Any] = {}
-        stacks: dict[tuple[int, ...], StackedTeachers | None] = {}
-        # bf16 teachers only with bf16 training (their outputs are frozen targets, so bf16 would
-        # tie ranks the fp32 official teachers do not)
-        dtype = torch.bfloat16 if self.amp and self.device.type == "cuda" else torch.float32
-        for m in self.members:
-            if m.needs_teachers and m.key not in self.failed_setup:
-                self._member_setup(m.key,
-                                   lambda m=m: self._member_teachers(m, loaded, stacks, dtype))
-
-    def _member_teachers(self, m: Member, loaded: dict, stacks: dict,
-                         dtype: torch.dtype) -> None:
-        from trainables.models.teachers import TeacherEnsemble, TextTeacher
-
-        paths = [resolve_encoder(t, m.cfg.data.cache_dir) for t in m.cfg.text_teachers]
-        weights = m.needs.teacher_weights or (1.0,) * len(paths)
-        if len(paths) != len(weights):
-            raise ValueError(
-                f"{len(paths)} text teachers but {len(weights)} teacher_weights; "
-                "give one weight per teacher (objective.teacher_weights)"
-            )
-        # One model named twice (the demo maps every teacher of a combination to its one text
-        # teacher) is loaded and run once; its outputs stand for each name it has
-        # (teacher_index), so the loss sees the configured teachers and weights.
-        merged: dict[str, float] = {}
-        for p, w in zip(paths, weights, strict=True):
-            merged[p] = merged.get(p, 0.0) + float(w)
-        if len(merged) < len(paths):
-            m.teacher_index = tuple(list(merged).index(p) for p in paths)
-        for p in merged:
-            if p not in loaded:
-                loaded[p] = TextTeacher(p, dtype=dtype, student_tokenizer=self.tokenizer).to(self.device)
-        m.teachers = TeacherEnsemble([loaded[p] for p in merged], list(merged.values()))
-        # Stored [CLS] columns replace the teachers' forward pass unless token states are needed.
-        stored = m.data.pairs.feature_columns if m.data.pairs is not None else ()
-        if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
-            m.teacher_columns = tuple(m.teachers.columns)
-        else:  # the teachers run every caption step: as one stacked forward where they can
-            key = tuple(id(t) for t in m.teachers.teachers)
-            if key not in stacks:
-                stacks[key] = StackedTeachers.build(m.teachers.teachers)
-            m.teacher_stack = stacks[key]
-
     # --- one step -------------------------------------------------------------------------
-    def _teacher_outputs(self, batches: list[tuple[str, Batch]]) -> dict[int, tuple[tuple, tuple]]:
-        """One forward per teacher over every member that needs it, or one for all its
-        teachers where they are stacked (``stacked_teachers.py``): j -> (embs, locals).
-
-        Members share a forward when they load the same teachers (each member has its own
-        ensemble object, so the key is the teachers', not the ensemble's); teachers are frozen and
-        run without dropout, so a row's output does not depend on the rows beside it."""
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for j, (m, (kind, b)) in enumerate(zip(self.alive, batches, strict=True)):
-            if kind == "pair" and m.teachers is not None and not b.text_teachers:
-                groups.setdefault(tuple(id(t) for t in m.teachers.teachers), []).append(j)
-        out: dict[int, tuple[tuple, tuple]] = {}
-        pad = self.tokenizer.pad_token_id or 0
-        for js in groups.values():
-            first = self.alive[js[0]]
-            run = first.teacher_stack if first.teacher_stack is not None else first.teachers
-            sizes = [batches[j][1].input_ids.shape for j in js]
-            length = max(s[1] for s in sizes)
-            ids = torch.cat([pad_to(batches[j][1].input_ids, s[0], length, pad) for j, s in zip(js, sizes, strict=True)])
-            mask = torch.cat([pad_to(batches[j][1].attention_mask, s[0], length, 0) for j, s in zip(js, sizes, strict=True)])
-            outs = run.encode(ids, mask)
-            start = 0
-            for j, (n, li) in zip(js, sizes, strict=True):
-                embs = tuple(o.emb[start:start + n] for o in outs)
-                local = tuple(o.local[start:start + n, : li - 1] for o in outs)
-                out[j] = (embs, local)
-                start += n
-        return out
-
     def train_step(self) -> dict[str, dict[str, torch.Tensor]]:
         """One optimiser step of every member alive; returns each member's loss terms."""
         step = self.step + 1
@@ -351,7 +118,7 @@ class ArrayTrainer:
                 cls = self.model.cls(ids, mask, [m.dropout for m in self.alive], extents)
                 z = self.model.mlp(cls)
             with record_function("array/teachers"):
-                teach = self._teacher_outputs(batches)
+                teach = teachers.teacher_outputs(self.alive, batches, pad)
             with record_function("array/objectives"):
                 all_terms, masked, total = self.objectives.terms(batches, cls, z, mask1, teach,
                                                                  poisoned)
@@ -362,7 +129,8 @@ class ArrayTrainer:
         if self.world > 1:
             self._all_reduce_grads()
         with record_function("array/inspect"):
-            bad = self._inspect(all_terms, masked, step)
+            bad = self.finite.members_to_drop(self.alive, all_terms, masked,
+                                               self.objectives.errors, step)
         if bad:
             self._drop(bad)
             all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
@@ -378,90 +146,19 @@ class ArrayTrainer:
         # the parameters' shapes from before a member left.
         return {m.key: {k: v.detach() for k, v in t.items()} for m, t in zip(self.alive, all_terms, strict=True)}
 
-    def _teacher_inputs(self, m: Member, b: Batch, computed) -> TeacherInputs:
-        embs, local = (b.text_teachers, ()) if computed is None else computed
-        if m.teacher_index:
-            embs = tuple(embs[i] for i in m.teacher_index)
-            local = tuple(local[i] for i in m.teacher_index) if local else ()
-        return TeacherInputs(image=b.image, clip_text=b.clip_text, text_teachers=embs,
-                             text_teacher_local=local if m.needs.teacher_tokens else ())
-
-    def _inspect(self, all_terms: list[dict[str, torch.Tensor]], masked: dict[int, torch.Tensor],
-                 step: int) -> dict[int, str]:
-        """Members to drop -> why: a step that raised in the member's heads or loss, a NaN/inf
-        loss term, or a threshold filter that masked every negative for FULLY_MASKED_STOP
-        caption batches in a row. One host sync for the array."""
-        names = [list(t) for t in all_terms]
-        flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
-                           + [masked[j].detach().float() for j in sorted(masked)])
-        ok = torch.isfinite(flat)
-        n = flat.numel() - len(masked)
-        bounds = [0]
-        for ks in names:
-            bounds.append(bounds[-1] + len(ks))
-        # each member's count of non-finite terms in one scatter (a fixed number of kernels, not
-        # two a member): owner[i] is the member of term i
-        owner = self._constants([j for j, ks in enumerate(names) for _ in ks], torch.long,
-                                flat.device)
-        member_bad = (flat.new_zeros(len(names)).index_add_(0, owner, (~ok[:n]).float()) > 0).float()
-        shares = flat[n:]
-        if self.world > 1:
-            # Every worker drops the same members: a member is bad when it is bad on any worker,
-            # and the filter's stop rule reads the fraction masked over all workers' rows (each
-            # worker sees its own shard of the batch). One all-reduce of a vector whose length is
-            # the same on every worker (a member's terms may differ where its step raised).
-            import torch.distributed as dist
-
-            both = torch.cat([member_bad, torch.nan_to_num(shares.float(), nan=0.0)])
-            dist.all_reduce(both)
-            member_bad, shares = both[: len(names)], both[len(names):] / self.world
-        # one read-back for the array: the members' flags, the filter shares and every value
-        back = torch.cat([member_bad.float(), shares.float(), flat]).tolist()
-        bad_list, share_list = back[: len(names)], back[len(names): len(names) + shares.numel()]
-        vals = back[len(names) + shares.numel():]
-        ok_list = [math.isfinite(v) for v in vals]
-        out: dict[int, str] = {}
-        errors = self.objectives.errors
-        for j, ks in enumerate(names):
-            if not bad_list[j]:
-                continue
-            m, pos = self.alive[j], bounds[j]
-            flags = ok_list[pos : pos + len(ks)]
-            if j in errors:
-                out[j] = errors[j]
-            elif all(flags):  # bad on another worker only
-                out[j] = (f"failed at step {step} on another worker of the array (config "
-                          f"{m.record.config_hash}); its reason is in that worker's log")
-            else:
-                bad = [k for k, good in zip(ks, flags, strict=True) if not good]
-                culprit = next((k for k in bad if k != "total"), "total")
-                value = vals[pos + ks.index(culprit)]
-                out[j] = (f"non-finite loss at step {step}: term {culprit!r} is {value} (config "
-                          f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
-                          "precision=fp32")
-        for j, frac in zip(sorted(masked), share_list, strict=True):
-            r, f = self.alive[j].record, self.alive[j].filter
-            if f is None or j in errors:
-                continue
-            r.masked.append(frac)
-            r.fully_masked_run = r.fully_masked_run + 1 if frac >= 1.0 else 0
-            if r.fully_masked_run >= FULLY_MASKED_STOP and j not in out:
-                out[j] = (f"the threshold filter masked every negative in {FULLY_MASKED_STOP} caption "
-                          f"batches in a row (threshold {f.threshold} on {f.on} scores of the "
-                          "stored features), so both grounding terms are exactly 0 (config "
-                          f"{r.config_hash}); use {f.on_setting}=cosine, a higher threshold, "
-                          f"or {f.setting}=none")
-        return out
-
     def _drop(self, bad: dict[int, str]) -> None:
         for j, why in bad.items():
             self.alive[j].record.error = why
             self._failed_unreported.append(self.alive[j])
-        keep = [j for j in range(len(self.alive)) if j not in bad]
-        if keep:  # when every member left, the array is over: nothing to select
-            self.model.select(keep)
-            self.optimizer.select(keep, self.model.stacked_parameters())
-        self.alive = [self.alive[j] for j in keep]
+        self._keep([j for j in range(len(self.alive)) if j not in bad])
+
+    def _keep(self, idx: list[int]) -> None:
+        """Only members ``idx`` (among the alive, in that order) go on: the model's and the
+        optimiser's member axes and the list of the alive, in step."""
+        if idx:  # when every member left, the array is over: nothing to select
+            self.model.select(idx)
+            self.optimizer.select(idx, self.model.stacked_parameters())
+        self.alive = [self.alive[j] for j in idx]
 
     def _all_reduce_grads(self) -> None:
         import torch.distributed as dist
@@ -493,18 +190,9 @@ class ArrayTrainer:
         """STS-B dev Spearman x 100 of every member alive (no dropout), one pass for all."""
         return self.dev.scores_many(lambda ids, mask: self.model.cls(ids, mask))
 
-    @property
-    def max_positions(self) -> int:
-        return max_positions(self.model.encoder.hf_config, self.tokenizer)
-
-    @torch.no_grad()
     def encode_many(self, sentences: list[str]) -> torch.Tensor:
-        """(M, n, H) evaluation embeddings ([CLS] before the MLP) of every member alive; whole
-        sentences, as SentEval feeds them, cut only at the encoder's position limit."""
-        tok = self.tokenizer(list(sentences), padding=True, truncation=True,
-                             max_length=self.max_positions, return_tensors="pt")
-        return self.model.cls(tok["input_ids"].to(self.device),
-                              tok["attention_mask"].to(self.device)).float().cpu()
+        """(M, n, H) evaluation embeddings of every member alive (``final_eval.encode_many``)."""
+        return final_eval.encode_many(self.model, self.tokenizer, self.device, sentences)
 
     def _eval_and_report(self, report: Report, workdir: Path, epoch: int, t0: float) -> None:
         metrics: dict[str, Any] = {"step": self.step, "epoch": epoch, "members": []}
@@ -521,7 +209,7 @@ class ArrayTrainer:
                 mm.update(stsb_dev=scores[j], best_stsb_dev=r.best, best_step=r.best_step,
                           elapsed_s=time.time() - t0)
             metrics["members"].append(mm)
-        if self.step in self.rungs:  # every rank: they must keep the same members
+        if self.step in self.halving.rungs:  # every rank: they must keep the same members
             metrics["members"] += self._halve(dict(zip([m.key for m in self.alive], scores, strict=True)))
         metrics["members"] += self._failures()
         ckpt_dir = None
@@ -531,49 +219,24 @@ class ArrayTrainer:
         report(metrics, ckpt_dir)
 
     def _halve(self, scores: dict[str, float]) -> list[dict[str, Any]]:
-        """Successive halving at a rung: keep the best 1/eta of the groups by their mean dev
-        score (a configuration is judged on all its seeds), drop the rest from the array.
-
-        Only rank 0 has dev scores: it decides and every other rank drops what it says, so the
-        workers' stacked parameters keep one shape (a rank that kept more members would fail the
-        next gradient all-reduce)."""
-        keep: set[str] | None = None
-        if self.rank == 0:
-            by_group: dict[str, list[float]] = {}
-            for m in self.alive:
-                by_group.setdefault(self.groups[m.key], []).append(scores[m.key])
-            ranked = sorted(by_group, key=lambda g: -sum(by_group[g]) / len(by_group[g]))
-            keep = set(ranked[: max(1, math.ceil(len(ranked) / self.eta))])
-        if self.world > 1:
-            import torch.distributed as dist
-
-            box = [keep]
-            dist.broadcast_object_list(box, src=0)
-            keep = box[0]
-        assert keep is not None
-        out, drop = [], {}
-        for j, m in enumerate(self.alive):
-            if self.groups[m.key] not in keep:
-                m.record.pruned_at = self.step
-                drop[j] = m
-                out.append({"key": m.key, "pruned": 1, "step": self.step})
-        if drop:
-            keep_idx = [j for j in range(len(self.alive)) if j not in drop]
-            self.model.select(keep_idx)
-            self.optimizer.select(keep_idx, self.model.stacked_parameters())
-            self.alive = [self.alive[j] for j in keep_idx]
+        """Successive halving at a rung (``halving.py``): the members of the groups not kept
+        leave the array; their report entries."""
+        keep = self.halving.groups_to_keep(self.alive, scores, self.rank, self.world)
+        kept, out = self.halving.prune(self.alive, keep, self.step)
+        if len(kept) < len(self.alive):
+            self._keep(kept)
         return out
 
     def _failures(self) -> list[dict[str, Any]]:
-        out = [{"key": k, "failed": 1, "error": self.failed_setup[k]} for k in self._setup_unreported]
+        out = self.setup.pop_unreported()
         out += [{"key": m.key, "failed": 1, "error": m.record.error} for m in self._failed_unreported]
-        self._failed_unreported, self._setup_unreported = [], []
+        self._failed_unreported = []
         return out
 
     @property
     def failed(self) -> dict[str, str]:
         """Every member that failed, set up or training, -> why (one line each)."""
-        return {**self.failed_setup, **{m.key: m.record.error for m in self.members if m.record.error}}
+        return {**self.setup.reasons, **{m.key: m.record.error for m in self.members if m.record.error}}
 
     # --- the run --------------------------------------------------------------------------
     def fit(self, report: Report, workdir: Path,
@@ -593,7 +256,7 @@ class ArrayTrainer:
             self.train_step()
             if self.alive and (self.step % self.cfg.eval_every == 0 or self.step == self.total_steps):
                 self._eval_and_report(report, workdir, epoch, t0)
-        if self._failed_unreported or self._setup_unreported:  # left between evaluations
+        if self._failed_unreported or self.setup.unreported:  # left between evaluations
             report({"step": self.step, "epoch": epoch, "members": self._failures()}, None)
         return self.final_metrics(progress) if self.cfg.final_eval and self.rank == 0 else {}
 
@@ -608,130 +271,32 @@ class ArrayTrainer:
             if progress is not None:
                 progress({"step": self.step, "total_steps": self.total_steps, "evaluating": what})
 
-        tell("STS")
-        for j, m in enumerate(self.alive):
-            if m.record.best_state is not None:
-                self.model.load_member_state(j, m.record.best_state)
-        results = evaluate_sts_many(self.encode_many, self.members[0].data.senteval_dir,
-                                    batch_size=self.cfg.eval_batch_size)
-        out = {}
-        for m, res in zip(self.alive, results, strict=True):
-            d = {f"test/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)}
-            d.update(best_stsb_dev=m.record.best, best_step=m.record.best_step, steps=self.step)
-            out[m.key] = d
-        self._transfer_metrics(out, lambda name, i, n: tell(f"transfer {name} ({i}/{n})"))
-        return out
+        return final_eval.final_metrics(self.model, self.alive, self.encode_many,
+                                        self.members[0].data.senteval_dir,
+                                        self.cfg.eval_batch_size, self.step, tell)
 
-    def _transfer_metrics(self, out: dict[str, dict[str, Any]],
-                          on_task: Callable[[str, int, int], None] | None = None) -> None:
-        """SentEval's transfer tasks (``RunConfig.transfer``) of each member's best weights, as
-        ``transfer/<task>`` and ``transfer/avg``: sentences encoded once for the array, each
-        member's probes trained on its own embeddings alone (``trainables.evaluation.transfer``)."""
-        todo: dict[tuple[Path, str], list[int]] = {}
-        for j, m in enumerate(self.alive):
-            if m.cfg.transfer is not None and m.data.transfer_dir is not None:
-                todo.setdefault((m.data.transfer_dir, m.cfg.transfer), []).append(j)
-        for (folder, mode), idx in todo.items():
-            results = evaluate_transfer_many(lambda s, idx=idx: self.encode_many(s)[idx], folder,
-                                             mode=mode, batch_size=self.cfg.eval_batch_size,
-                                             on_task=on_task)
-            for j, res in zip(idx, results, strict=True):
-                out[self.alive[j].key].update(
-                    {f"transfer/{k}": float(v) for k, v in res.items() if isinstance(v, int | float)})
-
-    # --- checkpoint -----------------------------------------------------------------------
+    # --- checkpoint (checkpoint.py) ------------------------------------------------------
     def save_state(self, path: Path) -> None:
         """Everything a bit-exact resume needs: weights, optimiser, schedules, every RNG stream."""
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
-        members = {}
-        for m in self.members:
-            current = m.record.best_step == self.step and m in self.alive
-            members[m.key] = {
-                "record": m.record.bookkeeping(), "schedule": m.schedule.state_dict(),
-                "dropout": m.dropout.get_state(), "listmle": m.listmle.get_state(),
-                # When the best is the current model (the usual case at an eval), don't write
-                # the weights twice: a checkpoint of MiniLM shrinks by a quarter.
-                "best_state": None if current else m.record.best_state, "best_is_model": current,
-            }
-        state = {"keys": [m.key for m in self.members], "alive": [m.key for m in self.alive],
-                 "step": self.step, "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "members": members}
-        torch.save(state, tmp / "state.pt")
-        tmp.rename(path)
+        checkpoint.save_state(path, self.members, self.alive, self.step, self.model, self.optimizer)
 
     def load_state(self, path: Path) -> None:
-        state = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
-        mine = {m.key: m.record.config_hash for m in self.members}
-        theirs = {k: v["record"]["config_hash"] for k, v in state["members"].items()}
-        if mine != theirs:
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ValueError(
-                f"checkpoint {path} belongs to another array (members {diff[:3]} differ); resume "
-                "with the members and configs that wrote it"
-            )
+        """Continue from a checkpoint this array wrote (another array's is refused)."""
+        state = checkpoint.read_state(path, self.members)
         alive = set(state["alive"])
         keep = [j for j, m in enumerate(self.alive) if m.key in alive]
         if len(keep) != len(self.alive):
-            self.model.select(keep)
-            self.optimizer.select(keep, self.model.stacked_parameters())
-            self.alive = [self.alive[j] for j in keep]
+            self._keep(keep)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
-        for j_m in self.members:
-            s = state["members"][j_m.key]
-            j_m.record.restore(s["record"])
-            j_m.schedule.load_state_dict(s["schedule"])
-            j_m.dropout.set_state(s["dropout"])
-            j_m.listmle.set_state(s["listmle"])
-            j_m.record.best_state = s["best_state"]
-        for j, m in enumerate(self.alive):
-            if state["members"][m.key]["best_is_model"]:
-                m.record.best_state = self.model.member_state(j)
+        checkpoint.restore_members(state["members"], self.members, self.alive, self.model)
 
     def last_evaluation(self) -> dict[str, Any]:
-        """The report of the evaluation a checkpoint was written at, for a resumed run to send
-        again: a driver killed before it logged that report would leave a hole in the curve."""
-        members = []
-        for m in self.alive:
-            r = m.record
-            if r.history and r.history[-1]["step"] == self.step:
-                members.append({"key": m.key, "stsb_dev": r.history[-1]["stsb_dev"],
-                                "best_stsb_dev": r.best, "best_step": r.best_step})
-        return {"step": self.step, "members": members, "resumed": 1}
+        """The report of the evaluation the loaded checkpoint was written at, to send again."""
+        return checkpoint.last_evaluation(self.alive, self.step)
 
     def export_best(self, root: Path) -> dict[str, Path]:
-        """Each finished member's best student as an MLflow model (``trainables.models.mlflow_export``)
-        around a Hugging Face / sentence-transformers folder; key -> the MLflow model folder."""
-        students: dict[StudentConfig, Student] = {}
-        out = {}
-        for j, m in enumerate(self.alive):
-            sc = self.student_configs[self.members.index(m)]
-            if sc not in students:
-                students[sc] = Student(sc)
-            student = students[sc]
-            best = m.record.best_state or self.model.member_state(j)
-            state = {**{f"encoder.{k}": v for k, v in best["encoder"].items()},
-                     **{f"mlp.{k}": v for k, v in best["mlp"].items()}, **best["heads"]}
-            missing, unexpected = student.load_state_dict(state, strict=False)
-            if unexpected or any(not k.startswith("encoder.pooler.") for k in missing):
-                raise RuntimeError(f"member {m.key}: weights do not fit the student "
-                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-            folder = root / slug(m.key) / "model"
-            student.save_pretrained(folder / DATA)
-            out[m.key] = write_mlflow_model(folder)
-        return out
-
-
-def write_final(path: Path, finals: dict[str, dict[str, Any]], failed: dict[str, str],
-                step: int) -> None:
-    """The record of a finished array: a resumed run re-reports it instead of training again."""
-    (path / FINAL_FILE).write_text(
-        json.dumps({"final": finals, "failed": failed, "step": step}, sort_keys=True))
-
-
-def read_final(path: Path) -> dict[str, Any] | None:
-    f = Path(path) / FINAL_FILE
-    return json.loads(f.read_text()) if f.is_file() else None
-
+        """Each finished member's best student as an MLflow model; key -> its folder."""
+        return checkpoint.export_best(root, self.alive, self.members, self.student_configs,
+                                      self.model)

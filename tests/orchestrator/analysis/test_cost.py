@@ -188,7 +188,7 @@ def test_price_table_is_the_cluster_files():
 def test_every_kept_rate_report_reads_and_names_a_known_gpu():
     """bench/rates/*.json are read by every dry run's estimate: a kept report that does not parse
     would break them all, and one of an unknown GPU would never be used."""
-    from orchestrator.run.campaign import RATES_DIR
+    from orchestrator.run.dry_run import RATES_DIR
 
     files = sorted(RATES_DIR.glob("*.json"))
     if not files:

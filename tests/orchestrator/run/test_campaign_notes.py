@@ -1,7 +1,7 @@
 """A table's closing advice: a failure that would repeat (a member that cannot be set up, a step
 that raises, a NaN at a fixed seed) says to fix it first; only other failures say --resume."""
 
-from orchestrator.run.campaign import closing_advice
+from orchestrator.run.failures import closing_advice
 
 
 def test_a_deterministic_failure_says_fix_it_not_resume():
@@ -18,7 +18,7 @@ def test_a_worker_that_died_says_resume():
 
 
 def test_resume_says_when_the_checkpoints_of_a_started_array_are_gone(tmp_path, capsys):
-    from orchestrator.run.campaign import Session
+    from orchestrator.run.resume import say_lost_checkpoints
     from orchestrator.spec.plan import ArrayPlan, RunPlan
     from orchestrator.tracking.client import Tracker
     from trainables.config.profiles import build_config
@@ -30,14 +30,13 @@ def test_resume_says_when_the_checkpoints_of_a_started_array_are_gone(tmp_path, 
     tr.log_result(child, {"step": 3, "stsb_dev": 60.0})  # it had trained: a checkpoint existed
     member = RunPlan("a/seed-0", "a", 0, build_config("demo", "mcse"), "a seed 0", "a | seed 0")
     array = ArrayPlan("t", (member,), str(tmp_path / "runs"), 1.0, 0.0, parent=parent)
-    s = object.__new__(Session)
-    s.tracker, s.parent, s.storage = tr, parent, str(tmp_path / "runs")
-    s._say_lost_checkpoints([array])
+    storage = str(tmp_path / "runs")
+    say_lost_checkpoints(tr, parent, storage, [array])
     err = capsys.readouterr().err
     assert f"the checkpoints of a seed 0 are gone from {tmp_path / 'runs' / array.name}" in err
     assert "1 started run(s) train again from step 0" in err
     (tmp_path / "runs" / array.name / "checkpoint_2026-11-26_10-00-00.000000").mkdir(parents=True)
-    s._say_lost_checkpoints([array])
+    say_lost_checkpoints(tr, parent, storage, [array])
     assert capsys.readouterr().err == ""
 
 
@@ -48,7 +47,7 @@ def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypa
 
     import orchestrator.run.resources as resources
     import trainables.runtime.ray_env as ray_env
-    from orchestrator.run.campaign import dry_run_arrays
+    from orchestrator.run.dry_run import dry_run_arrays
     from orchestrator.run.options import Options
     from orchestrator.spec.plan import RunPlan
     from trainables.config.profiles import build_config
@@ -70,7 +69,7 @@ def test_the_dry_run_on_a_cluster_plans_the_arrays_the_cluster_will_run(monkeypa
 def test_rays_out_of_memory_kill_is_one_line():
     """Seen on a shared machine: Ray's memory monitor killed the Tune actors and the driver ended
     with a 170-line traceback holding Ray's report of every worker it killed."""
-    from orchestrator.run.campaign import memory_short
+    from orchestrator.run.failures import memory_short
 
     text = ("RuntimeError: Caught unexpected exception: 6 worker(s) were killed due to the node "
             "running low on memory. Memory on the node (IP: 10.0.0.2, ID: e22e) was 21.73GB used "

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.run.campaign import describe, noted
+from orchestrator.run.campaign import noted
+from orchestrator.run.dry_run import describe
 from orchestrator.run.preflight import check_data, check_encoders
 from orchestrator.spec.grids import Cell, Grid
 from orchestrator.spec.plan import pack, plan_runs

@@ -85,7 +85,7 @@ def test_plan_id_depends_on_members_not_packing():
 
 
 def test_origins_name_the_layer_that_set_each_setting(tmp_path):
-    from orchestrator.run.campaign import explain
+    from orchestrator.run.dry_run import explain
     from orchestrator.spec.registry import load_grid
 
     runs = plan_runs(load_grid("table3"), "demo", seeds=[0, 1], seeds_from="--seeds")

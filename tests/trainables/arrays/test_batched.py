@@ -151,7 +151,7 @@ def test_a_method_vmap_cannot_run_falls_back_to_the_loop_once(tiny_bert, cache, 
 def test_the_step_reads_nothing_back_but_the_finite_check(tiny_bert, cache, monkeypatch):
     """Dropout's per-member extents come from the batches' shapes (equal to what the mask says),
     the teachers take a mask built ahead: within a step the host reads back only the finite check
-    (``_inspect``'s one ``tolist``)."""
+    (its one ``tolist``, ``finite_check.py``)."""
     from trainables.arrays import dropout
     from trainables.arrays.array_model import ArrayModel
 
@@ -185,4 +185,4 @@ def test_the_step_reads_nothing_back_but_the_finite_check(tiny_bert, cache, monk
     for _ in range(STEPS):
         t.train_step()
     assert len(seen) == STEPS and all(mine == read for mine, read in seen)
-    assert len(reads) == STEPS  # _inspect: the flags, the filter shares and the values, one sync
+    assert len(reads) == STEPS  # the finite check: the flags, the filter shares and the values, one sync

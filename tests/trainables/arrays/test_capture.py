@@ -49,7 +49,7 @@ def test_captured_step_equals_the_eager_one(mode, tiny_bert, cache, monkeypatch)
     from torch._dynamo.utils import counters
 
     monkeypatch.setattr(capture, "BACKEND", "aot_eager")
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counters.clear()
     eager = train(tiny_bert, cache, "off")
     assert compiled_frames() == 0
@@ -61,7 +61,7 @@ def test_captured_step_equals_the_eager_one(mode, tiny_bert, cache, monkeypatch)
 
 @pytest.mark.slow
 def test_inductor_step_equals_the_eager_one(tiny_bert, cache):
-    torch._dynamo.reset()
+    torch.compiler.reset()
     assert_close(train(tiny_bert, cache, "off"), train(tiny_bert, cache, "default"), 1e-4)
 
 

@@ -248,8 +248,11 @@ def test_member_state_dict_round_trips_into_hf(model, request):
 
 
 def test_select_keeps_members_in_order_with_their_adamw_state(tiny_bert):
-    """Two copies take one AdamW step; one then keeps members [2, 0] and both take a second
-    step: the kept members end exactly where the full array's members 2 and 0 do."""
+    """Two copies take one step of the array's AdamW; one then keeps members [2, 0] (the
+    encoder's select, then the optimiser's, as the trainer does) and both take a second step:
+    the kept members end exactly where the full array's members 2 and 0 do."""
+    from trainables.arrays.optim import ArrayAdamW, MemberHyper
+
     base = hf_model(tiny_bert)
     states = [perturbed(base.state_dict(), s) for s in range(3)]
     ids, mask = padded_batch(base.config, 5, [10, 4, 7], 10)
@@ -259,15 +262,20 @@ def test_select_keeps_members_in_order_with_their_adamw_state(tiny_bert):
         enc(ids, mask, [torch.Generator().manual_seed(s) for s in members])[:, :, 0].square().sum().backward()
         opt.step()
 
+    def adamw(enc):
+        hyper = [MemberHyper(1e-2, 0.01, 1e-8, 1e9, "torch")] * 3
+        return ArrayAdamW(list(enc.parameters()), [[] for _ in hyper], hyper, total_steps=100)
+
     full, part = StackedEncoder(base.config, states), StackedEncoder(base.config, states)
-    opts = [torch.optim.AdamW(e.parameters(), lr=1e-2, foreach=False) for e in (full, part)]
+    opts = [adamw(e) for e in (full, part)]
     for e, o in zip((full, part), opts, strict=True):
         step(e, o, [0, 1, 2])
     params_before = {id(p) for p in part.parameters()}
-    part.select([2, 0], optimizer=opts[1])
+    part.select([2, 0])
+    opts[1].select([2, 0], list(part.parameters()))
     assert part.n_members == 2 and {id(p) for p in part.parameters()} == params_before
-    for p in part.parameters():
-        assert p.grad.shape == p.shape and opts[1].state[p]["exp_avg"].shape == p.shape
+    assert opts[1].n_members == 2
+    assert all(m.shape == p.shape for m, p in zip(opts[1].m_st, part.parameters(), strict=True))
     step(full, opts[0], [0, 1, 2])
     step(part, opts[1], [2, 0])  # each member keeps its own seed at its new index
     for j, i in enumerate([2, 0]):

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import trainables.arrays.optim as optim
-from tests.trainables.arrays.test_optim import hf_adamw, torch_adamw
+from tests.trainables.arrays.test_optim import PATHS, hf_adamw, torch_adamw, use_private_kernels
 from trainables.arrays.flat import FlatStack
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
 
@@ -52,14 +51,14 @@ def test_parameters_become_views_and_a_backward_is_gathered_into_the_buffer():
 
 
 @pytest.mark.parametrize("apart", [False, True])
-@pytest.mark.parametrize("fused", [True, False] if optim.FUSED else [False])
+@pytest.mark.parametrize("fused", PATHS)
 @pytest.mark.parametrize("kind", ["official", "torch"])
 def test_a_stacked_tensor_a_step_does_not_reach_is_a_missing_gradient(kind, fused, apart, monkeypatch):
     """Tensor 1 is reached from the second step on, then every other step: the buffer's zeros
     for it must give the per-tensor semantics (no state before its first gradient; skipped by
     torch's AdamW; stepped on zeros by the official one). ``apart``: tensor 0 stays a tensor of
     its own (an embedding table), updated the same way."""
-    monkeypatch.setattr(optim, "FUSED", fused)
+    use_private_kernels(monkeypatch, fused)
     gen = torch.Generator().manual_seed(1)
     ps = _params(gen)
     lrs, wds = [1e-2, 3e-3, 1e-2], [0.0, 0.1, 0.0]

@@ -8,8 +8,20 @@ import math
 import pytest
 import torch
 
-import trainables.arrays.optim as optim
+from trainables.arrays import kernels
 from trainables.arrays.optim import ArrayAdamW, MemberHyper
+
+PATHS = [True, False] if kernels.FUSED_ADAMW else [False]
+"""torch's private kernels (``kernels.py``), and the public fallbacks a torch without them runs"""
+
+
+def use_private_kernels(monkeypatch, on: bool) -> None:
+    """The fused AdamW kernel and the multi-tensor calls, or (``on`` false) the single-tensor
+    update and the public loops, as on a torch whose kernels are missing or changed."""
+    monkeypatch.setattr(kernels, "FUSED_ADAMW", on)
+    if not on:
+        for name in ("_norm_kernel", "_mul_kernel", "_copy_kernel"):
+            monkeypatch.setattr(kernels, name, None)
 
 B1, B2 = 0.9, 0.999
 
@@ -44,10 +56,10 @@ def torch_adamw(p, g, st, lr, eps, wd):
     p.addcdiv_(st["m"], denom, value=-lr / (1 - B1 ** st["step"]))
 
 
-@pytest.mark.parametrize("fused", [True, False] if optim.FUSED else [False])
+@pytest.mark.parametrize("fused", PATHS)
 @pytest.mark.parametrize("kind", ["official", "torch"])
 def test_update_is_the_written_out_one_per_member(kind, fused, monkeypatch):
-    monkeypatch.setattr(optim, "FUSED", fused)
+    use_private_kernels(monkeypatch, fused)
     g = torch.Generator().manual_seed(0)
     M, steps, total = 3, 12, 20
     lrs, wds = [1e-2, 3e-3, 1e-2], [0.0, 0.1, 0.0]
@@ -106,11 +118,11 @@ def test_unknown_optimizer_is_refused():
         ArrayAdamW([], [[]], [MemberHyper(1.0, 0.0, 1e-6, 1.0, "adam")], 10)
 
 
-@pytest.mark.parametrize("fused", [True, False] if optim.FUSED else [False])
+@pytest.mark.parametrize("fused", PATHS)
 def test_a_gradient_in_another_layout_updates_the_right_elements(fused, monkeypatch):
     """vmap hands a head's weight gradient over as a transposed view (other strides than the
     weight's); the update must be the one of the same gradient laid out as the weight."""
-    monkeypatch.setattr(optim, "FUSED", fused)
+    use_private_kernels(monkeypatch, fused)
     g = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
     out = []
     for grad in (g.clone(), g.t().contiguous().t()):  # equal values, transposed strides

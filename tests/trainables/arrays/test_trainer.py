@@ -51,30 +51,31 @@ def test_dalr_members_with_the_same_teachers_share_one_teacher_forward(tiny_bert
                                                                        monkeypatch):
     """The teachers run once a step for every DALR member that needs them, not once a member,
     and each DALR member still trains as it does alone."""
+    from trainables.arrays import teachers
     from trainables.models.teachers import TextTeacher
 
     calls, sharing = [], []
-    encode_ids, outputs = TextTeacher.encode_ids, ArrayTrainer._teacher_outputs
+    encode_ids, outputs = TextTeacher.encode_ids, teachers.teacher_outputs
 
     def counting_encode(self, ids, mask):
         calls.append(ids.shape[0])
         return encode_ids(self, ids, mask)
 
-    def counting_outputs(self, batches):
+    def counting_outputs(alive, batches, pad):
         before = len(calls)
-        out = outputs(self, batches)
+        out = outputs(alive, batches, pad)
         sharing.append((len(out), len(calls) - before))  # (members served, teacher forwards)
         return out
 
     monkeypatch.setattr(TextTeacher, "encode_ids", counting_encode)
-    monkeypatch.setattr(ArrayTrainer, "_teacher_outputs", counting_outputs)
+    monkeypatch.setattr(teachers, "teacher_outputs", counting_outputs)
     both = run([("d1", cfg(tiny_bert, cache, "dalr", seed=1)), ("m", cfg(tiny_bert, cache, "mcse", seed=2)),
                 ("d2", cfg(tiny_bert, cache, "dalr", seed=2))], tmp_path / "both")
     served = list(sharing)
     assert any(n == 2 for n, _ in served), served  # some step had both DALR members on captions
     assert all(forwards == (1 if n else 0) for n, forwards in served), served  # one teacher
     monkeypatch.setattr(TextTeacher, "encode_ids", encode_ids)
-    monkeypatch.setattr(ArrayTrainer, "_teacher_outputs", outputs)
+    monkeypatch.setattr(teachers, "teacher_outputs", outputs)
     for key, seed in (("d1", 1), ("d2", 2)):
         alone = run([(key, cfg(tiny_bert, cache, "dalr", seed=seed))], tmp_path / key)
         assert_same_member(alone[1], alone[2], both[1], both[2], key, key)
@@ -139,6 +140,29 @@ def test_resume_after_kill_matches_uninterrupted(kill_at, tiny_bert, cache, tmp_
     assert final == ref_final
     for a, b in zip(resumed.model.state_dict().values(), ref.model.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_checkpoint_from_before_the_method_stream_rename_resumes_the_same(tiny_bert, cache,
+                                                                          tmp_path, monkeypatch):
+    """Checkpoints written before ``Member.method_rng`` was named for what it is keep the stream
+    under "listmle": such a checkpoint restores it, and the resumed DALR member (whose ListMLE
+    draws from it at every caption step) trains as the uninterrupted one."""
+    members = [("d", cfg(tiny_bert, cache, "dalr"))]
+    _, ref_reports, ref_final = run(members, tmp_path / "ref")
+    r = kill_and_resume(members, 5, tmp_path, monkeypatch)  # writes the checkpoint of step 3
+    ckpt = r.partial.ckpts[-1]
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    saved = state["members"]["d"]["method_rng"]
+    state["members"]["d"]["listmle"] = state["members"]["d"].pop("method_rng")
+    torch.save(state, ckpt / "state.pt")
+    old = ArrayTrainer(members)
+    assert not torch.equal(old.members[0].method_rng.get_state(), saved)  # the draws moved it
+    old.load_state(ckpt)
+    assert torch.equal(old.members[0].method_rng.get_state(), saved)
+    rest = Reports()
+    assert old.fit(rest, tmp_path / "old") == ref_final
+    assert [e["loss/total"] for e in r.partial.member("d") + rest.member("d")] == \
+        [e["loss/total"] for e in ref_reports.member("d")]
 
 
 def test_checkpoint_of_another_array_is_refused(tiny_bert, cache, tmp_path):
@@ -328,3 +352,18 @@ def test_the_final_evaluation_tells_progress_what_it_evaluates(tiny_bert, cache,
     tasks = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
     assert said == ["STS"] + [f"transfer {n} ({i}/7)" for i, n in enumerate(tasks, 1)]
     assert all(h["step"] == h["total_steps"] == t.total_steps for h in heard if "evaluating" in h)
+
+
+def test_a_run_says_once_which_optimizer_path_it_takes(tiny_bert, cache, capsys, monkeypatch):
+    """As nanoGPT's "using fused AdamW": the first array a process builds (on rank 0) prints the
+    AdamW update it runs (``kernels.py``); later arrays and other ranks say nothing."""
+    from trainables.arrays import kernels
+
+    monkeypatch.setattr(kernels, "_announced", False)
+    c = cfg(tiny_bert, cache, "mcse", max_steps=2)
+    ArrayTrainer([("a", c)], rank=1)
+    assert "optimizer:" not in capsys.readouterr().out
+    ArrayTrainer([("a", c)])
+    ArrayTrainer([("b", c)])
+    assert capsys.readouterr().out.count(kernels.optimizer_path()) == 1
+    assert kernels.optimizer_path().startswith("optimizer: fused AdamW")

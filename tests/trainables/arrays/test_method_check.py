@@ -1,4 +1,4 @@
-"""The pre-start step of a method (trainables.arrays.dry_step): every shipped method and the
+"""The pre-start step of a method (trainables.arrays.method_check): every shipped method and the
 plug-in test methods build at real sizes; a head that does not fit its loss is named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import tests.trainables.misfit_method  # noqa: F401  (registers "misfit")
 import tests.trainables.plugin_method  # noqa: F401  (registers "auxhead")
 from tests.trainables.arrays.harness import cfg
-from trainables.arrays.dry_step import try_method
+from trainables.arrays.method_check import try_method
 
 
 @pytest.mark.parametrize("method", ["simcse", "mcse", "kdmcse", "dalr", "auxhead"])

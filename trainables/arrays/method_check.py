@@ -7,6 +7,13 @@ must match ...``. The pre-start check (``orchestrator.run.preflight``) calls :fu
 once per distinct objective and data sizes, so the refusal names the method, its heads and the
 sizes while nothing has started. Random inputs: this checks shapes, dtypes and that the terms
 reach a scalar total with a gradient, not the values.
+
+Why here, in ``arrays/``: the methods it checks are the registry's (``trainables.objectives``)
+with the heads they declare (``trainables.models.heads``), and a method trains in an array as
+one batched computation of those heads and losses under ``torch.func.vmap``
+(``batched.member_terms``). ``arrays`` is the lowest layer that may import all three
+(tests/test_layers.py), so this check can also try a method the way the array will run it, beside
+the code that does.
 """
 
 from __future__ import annotations
