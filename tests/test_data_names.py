@@ -11,6 +11,7 @@ them. A store the profile reads under a name no instruction makes (or an instruc
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from pathlib import Path
 
@@ -174,3 +175,91 @@ def test_the_grids_name_the_coco_store_from_the_table():
     assert stores.STORES["coco"].path in grid.note
     assert teacher_overrides("rankcse")["text_teachers"][0].endswith(
         f"{stores.TEACHERS_DIR}/{stores.TEACHER_DIRS['rankcse']}")
+
+
+# --- the chain: the MCSE instruction -> convert -> the paper dry run ------------------------------
+def _paper_layout(tmp_path: Path, tiny_bert: Path) -> tuple[Path, Path]:
+    """$MMEMB_DATA in the paper profile's layout for table3, stood in by small generated files
+    (the demo corpus's text, CLIP-sized store and STS data), and a working folder holding the
+    tiny BERT as bert-base-uncased (a local folder wins over the hub). MCSE's store is not there:
+    the fetch's instruction makes it."""
+    import shutil
+
+    from trainables.data.demo_corpus import generate_demo
+
+    data, work = tmp_path / "data", tmp_path / "work"
+    demo = generate_demo(tmp_path / "demo", dim=32)
+    data.mkdir()
+    shutil.copy(demo.text_file, data / stores.TEXT_FILE)
+    shutil.copy(demo.pairs_store, data / stores.PAPER_STORE)
+    shutil.copytree(demo.senteval_dir, data / stores.SENTEVAL_DIR)
+    shutil.copytree(tiny_bert, work / "bert-base-uncased")
+    return data, work
+
+
+def _mcse_release(captions: Path, features: Path, n: int = 300) -> None:
+    """A stand-in for MCSE's released Flickr30k files, in their layout: one caption a line, and
+    an HDF5 dataset ``features`` of (n, 2048) float32 ResNet-50 features, row i for line i."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    words = ("a", "dog", "runs", "two", "cats", "sleep", "on", "the", "red", "sofa", "near", "water")
+    captions.write_text("".join(" ".join(rng.choice(words, size=6)) + "\n" for _ in range(n)))
+    with h5py.File(features, "w") as f:
+        f.create_dataset("features", data=np.abs(rng.standard_normal((n, 2048))).astype(np.float32))
+
+
+@pytest.mark.slow
+def test_the_mcse_instruction_makes_the_store_the_paper_dry_run_reads(tmp_path, tiny_bert,
+                                                                      capsys, monkeypatch):
+    """fetch's MCSE instruction, followed as printed (files put where it says, its command run by
+    a shell) -> python -m trainables.convert mcse -> table3 --profile paper --dry-run reads that
+    store for its MCSE baseline. Before the store exists, the dry run's refusal and the fetch's
+    instruction name the same file: no loop."""
+    import subprocess
+    import sys
+
+    from orchestrator import ablate
+
+    data, work = _paper_layout(tmp_path, tiny_bert)
+    env = {**os.environ, "MMEMB_DATA": str(data), "HF_ENDPOINT": "http://127.0.0.1:9",
+           "PYTHONPATH": str(ROOT)}
+    monkeypatch.setenv("MMEMB_DATA", str(data))
+    monkeypatch.chdir(work)
+    argv = ["--grid", "table3", "--profile", "paper", "--dry-run", "--explain", "--storage",
+            str(work / "runs"), "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
+    assert ablate.main(argv) == 2
+    (refusal,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+    assert f"missing: {stores.MCSE_STORE}" in refusal and "trainables.fetch paper" in refusal
+
+    shown = subprocess.run([sys.executable, "-m", "trainables.fetch", "paper", "--dry-run",
+                            "--only", "mcse-resnet"], env=env, capture_output=True, text=True,
+                           cwd=work, timeout=600)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [ln for ln in shown.stdout.splitlines() if ln.startswith("  mcse-resnet [")]
+    put = re.search(r"; put it at (.*?); then: ", line).group(1)
+    captions, features = (data / n for n in re.findall(r"\$MMEMB_DATA/([\w.-]+)", put))
+    command = line.split("; then: ", 1)[1]
+    assert command.endswith(f"--out $MMEMB_DATA/{stores.MCSE_STORE}")  # what the refusal named
+    _mcse_release(captions, features)
+    made = subprocess.run(["bash", "-c", command.replace("python ", f"{sys.executable} ", 1)],
+                          env=env, capture_output=True, text=True, cwd=work, timeout=600)
+    assert made.returncode == 0 and made.stdout.strip() == f"wrote {data / stores.MCSE_STORE}", \
+        made.stdout + made.stderr
+
+    assert ablate.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "dry run: everything checked, nothing started" in out, out[-3000:]
+    lines = out.splitlines()
+    pairs = {lines[i - 1].split(" (seeds")[0]: ln.rsplit("; pairs ", 1)[1]  # cell -> its store
+             for i, ln in enumerate(lines) if ln.startswith("  run: ")}
+    assert pairs == {"MCSE": str(data / stores.MCSE_STORE),
+                     **dict.fromkeys(("KDMCSE", "without AdapACSE", "without threshold filtering"),
+                                     str(data / stores.PAPER_STORE))}, pairs
+    assert re.search(rf"^  data\.pairs +{re.escape(str(data / stores.MCSE_STORE))} +recipe mcse "
+                     r"\(paper\): its official store$", out, re.M), out[-3000:]
+    shown = subprocess.run([sys.executable, "-m", "trainables.fetch", "paper", "--only",
+                            "mcse-resnet"], env=env, capture_output=True, text=True, cwd=work,
+                           timeout=600)
+    assert f"mcse-resnet [present: {stores.MCSE_STORE}" in shown.stdout, shown.stdout
