@@ -341,17 +341,24 @@ class Remote:
         return {"size": self.size, self.kind: self.digest, "source": self.url, "commit": commit}
 
 
-def _gone(item: Item) -> str:
-    """What to do when the source no longer has what ``item`` names: not 'run again'."""
-    if item.pinned:
+def _gone(item: Item, repository: bool = False) -> str:
+    """What to do when the source no longer has what ``item`` names (``repository``: the whole
+    repository): never 'run again'."""
+    if item.pinned and not repository:
         return (f"running again will not help: the revision {item.revision[:12]} is pinned "
                 f"({item.pinned}); to take what the repository has now, run: python -m "
                 f"trainables.fetch paper --only {item.name} --revision {item.name}=main (every "
                 "file is still checked against the hash the hub publishes, and the commit is "
                 "recorded in .fetch/manifest.json)")
+    if item.revision != "main" and not repository:
+        return (f"running again will not help: {item.revision} is the revision --revision named; "
+                f"name one the repository has (--revision {item.name}=main for its newest)")
+    what = ", ".join(item.files) if item.files else "the files (config.json, tokenizer, weights)"
     where = f"{item.folder}/" if item.folder else f"the Hugging Face cache as {item.cache_name}"
-    return ("running again will not help: bring the files by hand (config.json, tokenizer, "
-            f"weights) into {where}, or point HF_ENDPOINT at a mirror that has {item.repo}")
+    if item.unpack:
+        where = f"{item.folder}/ (unpacked)"
+    return (f"running again will not help: bring {what} by hand into {where}, or point "
+            f"HF_ENDPOINT at a mirror that has {item.repo}")
 
 
 def _listing_failure(item: Item, err: Exception) -> FetchError:
@@ -377,7 +384,7 @@ def _listing_failure(item: Item, err: Exception) -> FetchError:
     if isinstance(err, RepositoryNotFoundError) or status in (404, 410):
         return FetchError(f"{item.name}: {_repo_url(item)}: the source no longer has the "
                           f"repository {item.repo} (the hub answers {status or 404}: removed, "
-                          f"renamed or made private); {_gone(dataclasses.replace(item, pinned=None))}")
+                          f"renamed or made private); {_gone(item, repository=True)}")
     if isinstance(err, HfHubHTTPError) and status is not None and status < 500 and status != 429:
         return FetchError(f"{item.name}: {url} answers {status} ({first}); the request was refused "
                           "as sent: report it with this line")
@@ -738,15 +745,16 @@ def _writable_for(items: Iterable[Item], root: Path, cache: Path) -> None:
     names = ", ".join(i.name for i in items)
     why = _unwritable(root)
     if why:
-        raise Refused(f"$MMEMB_DATA {root} is not a writable folder ({why}) and {names} are still "
-                      "to fetch; point MMEMB_DATA (or --data) at a folder you can write (a "
-                      "complete, read-only data folder needs no fetch)")
+        raise Refused(f"$MMEMB_DATA {root} is not a writable folder ({why}) and {names} "
+                      f"{'is' if len(items) == 1 else 'are'} still to fetch; point MMEMB_DATA (or "
+                      "--data) at a folder you can write (a complete, read-only data folder "
+                      "needs no fetch)")
     cached = [i.name for i in items if i.cache_name]
     why = _unwritable(cache) if cached else None
     if why:
         raise Refused(f"the Hugging Face cache {cache} is not a writable folder ({why}) and "
-                      f"{', '.join(cached)} are stored there; point HF_HUB_CACHE at a folder "
-                      "you can write")
+                      f"{', '.join(cached)} {'is' if len(cached) == 1 else 'are'} stored there; "
+                      "point HF_HUB_CACHE at a folder you can write")
 
 
 def _room(plans: list[tuple[Item, tuple[str, list[Remote]]]], root: Path) -> None:
@@ -770,8 +778,8 @@ def _room(plans: list[tuple[Item, tuple[str, list[Remote]]]], root: Path) -> Non
     for folder, n, what in need.values():
         free = shutil.disk_usage(folder).free
         if free < n:
-            raise Refused(f"{_size(n)} to download into {folder}'s disk ({', '.join(what)}) but "
-                          f"it has {_size(free)} free; free some space, or point MMEMB_DATA / "
+            raise Refused(f"{_size(n)} needed on the disk of {folder} ({', '.join(what)}) but it "
+                          f"has {_size(free)} free; free some space, or point MMEMB_DATA / "
                           "HF_HUB_CACHE at a larger disk, and run again")
 
 

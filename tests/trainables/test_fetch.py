@@ -263,6 +263,18 @@ def test_a_pinned_revision_gone_upstream_says_how_to_override_the_pin(env, monke
     assert man["items"]["wiki1m"]["commit"] == COMMIT  # what main pointed at, recorded
 
 
+def test_a_revision_the_user_named_that_is_gone_says_to_name_another(env, monkeypatch, capsys):
+    hub = paper_hub()
+    hub.gone_revisions.add("v0.9")
+    with Serving(hub) as url:
+        assert run(url, monkeypatch, "--only", "senteval", "--revision", "senteval=v0.9") == 1
+    line = one_error(capsys.readouterr().err)
+    assert line.startswith(f"failed: senteval: {url}/datasets/{fetch.SIMCSE_DATA}/tree/v0.9: the "
+                           "source no longer has revision v0.9; running again will not help: v0.9 "
+                           "is the revision --revision named; name one the repository has "
+                           "(--revision senteval=main for its newest)"), line
+
+
 def test_a_repository_the_hub_no_longer_has_is_named_and_the_others_go_on(env, monkeypatch, capsys):
     hub = paper_hub()
     del hub.repos[("model", "voidism/diffcse-bert-base-uncased-sts")]
@@ -325,7 +337,7 @@ def test_a_disk_too_small_for_the_tar_and_its_unpacked_copy_is_refused_up_front(
     with Serving(hub) as url:
         assert run(url, monkeypatch, "--only", "senteval") == 2
         line = one_error(capsys.readouterr().err)
-        assert line.startswith(f"error: {fetch._size(2 * tar)} to download into ") and \
+        assert line.startswith(f"error: {fetch._size(2 * tar)} needed on the disk of ") and \
             "(senteval.tar, its unpacked copy (senteval/downstream/))" in line and \
             f"{fetch._size(tar + tar // 2)} free" in line and "larger disk" in line, line
         assert hub.downloads("senteval.tar") == []
@@ -438,7 +450,7 @@ def test_a_read_only_target_is_refused_in_one_line_before_anything_is_written(
             "write" in line, line
     else:
         assert line.startswith(f"error: the Hugging Face cache {cache} is not a writable folder (")\
-            and "clip are stored there; point HF_HUB_CACHE at a folder you can write" in line, line
+            and "clip is stored there; point HF_HUB_CACHE at a folder you can write" in line, line
         assert not data.exists()  # refused before the lock or the manifest
     assert hub.requests == []  # not even a listing
 
