@@ -692,7 +692,8 @@ def _unpack(item: Item, root: Path, archive: Path, commit: str, man: Manifest,
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            digits = 0 if unit == "B" else 2 if unit == "GB" and n < 10 else 1
+            return f"{n:.{digits}f} {unit}"
         n /= 1000
     return f"{n} B"
 

@@ -532,7 +532,7 @@ def test_dry_run_lists_every_file_with_size_checksum_and_source_without_a_networ
     out = capsys.readouterr().out
     assert "wiki1m_for_simcse.txt  about 121.0 MB  sha256 as the hub publishes it for LFS files, " \
            "read at download" in out
-    assert "about 1.2 GB" in out  # DiffCSE's pytorch_model.bin, 1.25 GB
+    assert "pytorch_model.bin)  about 1.25 GB" in out  # DiffCSE's weights (issue 39)
     assert f"/datasets/princeton-nlp/datasets-for-simcse/resolve/{fetch.SIMCSE_DATA_REV}/senteval.tar" in out
     assert "[to fetch]" in out and "by hand" in out
     assert "to fetch: 7 of 7 item(s)" in out and f"$MMEMB_DATA {env / 'data'}: writable" in out
