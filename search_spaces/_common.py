@@ -8,6 +8,7 @@ filtering" as an ablation, so the published KDMCSE rows are the filtered model.
 from __future__ import annotations
 
 from orchestrator.spec.grids import STS_COLUMNS
+from trainables.config.stores import STORES
 
 SIMCSE = {"objective.method": "simcse"}
 MCSE = {"objective.method": "mcse"}
@@ -33,7 +34,10 @@ MAIN_BERT_FLICKR = {
 
 # Settings of the other rows of the papers' tables. They name their own data or encoder, so the
 # demo profile (which replaces both) refuses them at once rather than run them on its own world.
-COCO = {"data.pairs": "$MMEMB_DATA/coco_clip_vitl14.parquet"}  # read when the config is built
-"""wiki+coco: Wiki1M with COCO captions and CLIP ViT-L/14 features instead of Flickr30k"""
+COCO = {"data.pairs": STORES["coco"].path}  # $MMEMB_DATA is read when the config is built
+"""wiki+coco: Wiki1M with COCO captions and CLIP ViT-L/14 features instead of Flickr30k, for every
+cell (MCSE's too: one store per table; python -m trainables.fetch paper says how to make it)"""
+COCO_NEEDS = f"needs {STORES['coco'].path} (python -m trainables.fetch paper says how to make it)"
+"""what the wiki+coco grids' notes say of their data"""
 ROBERTA = {"encoder": "roberta-base", "lr": 1e-5, "batch_size": 128}
 """RoBERTa-base rows: the papers' RoBERTa recipe (lr 1e-5, batch 128)"""

@@ -2,6 +2,7 @@
 
 from orchestrator.spec.grids import Cell, Grid
 from search_spaces._common import DALR
+from trainables.config.stores import TEACHERS_DIR
 
 TEXT = {  # paper label -> teacher combination ("simcse+diffcse" is the profile's default pair)
     "SimCSE": "simcse", "DiffCSE": "diffcse", "CLIP": "clip",
@@ -33,7 +34,7 @@ GRID = Grid(
                 for t, v, tr in zip(TEXT, STS_AVG[i], TR_AVG[i], strict=True)),
     baseline="CLIP+SimCSE+DiffCSE",
     transfer=True,
-    note="Text teachers load from $MMEMB_DATA/teachers/ (on the demo every teacher is the demo "
+    note=f"Text teachers load from $MMEMB_DATA/{TEACHERS_DIR}/ (on the demo every teacher is the demo "
     "student, so only the structure runs). ResNet cells need a store with a 'resnet' column, which "
     "the demo has not: run the CLIP cells there with --cells. Two-teacher weights 0.33/0.67 as the "
     "code; published STS Avg and TR Avg only.",

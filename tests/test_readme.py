@@ -316,11 +316,12 @@ def convert_mcse(h: Home) -> None:
     with h5py.File(h.path / "flickr_resnet.hdf5", "w") as f:
         f.create_dataset("features", data=np.random.default_rng(0).standard_normal((3, 8)))
     h.sh("python -m trainables.convert mcse --captions flickr_random_captions.txt --features "
-         "flickr_resnet.hdf5 --out flickr_resnet.parquet", profile=None)
-    _store_rows(h.path / "flickr_resnet.parquet", 3)
+         "flickr_resnet.hdf5 --out flickr30k_mcse_resnet50.parquet", profile=None)
+    _store_rows(h.path / "flickr30k_mcse_resnet50.parquet", 3)
 
 
-def convert_clip(h: Home) -> None:
+def _clip_json(path: Path) -> None:
+    """A 3-image CLIP JSON in KDMCSE's layout, 2 captions each."""
     import json
 
     import numpy as np
@@ -329,10 +330,21 @@ def convert_clip(h: Home) -> None:
     entries = {f"img{k}": {"image": f"img{k}.jpg", "captions": [f"image {k} caption {j}" for j in range(2)],
                            "image_feat": rng.standard_normal(8).tolist(),
                            "lang_feat": rng.standard_normal((2, 8)).tolist()} for k in range(3)}
-    (h.path / "flickr30k_ViT_L14.json").write_text(json.dumps(entries))
+    path.write_text(json.dumps(entries))
+
+
+def convert_clip(h: Home) -> None:
+    _clip_json(h.path / "flickr30k_ViT_L14.json")
     h.sh("python -m trainables.convert clip-json --json flickr30k_ViT_L14.json --out "
          "flickr30k_clip_vitl14.parquet", profile=None)
     _store_rows(h.path / "flickr30k_clip_vitl14.parquet", 6)
+
+
+def convert_coco(h: Home) -> None:
+    _clip_json(h.path / "train_coco_ViT_L14.json")
+    h.sh("python -m trainables.convert clip-json --json train_coco_ViT_L14.json --out "
+         "coco_clip_vitl14.parquet", profile=None)
+    _store_rows(h.path / "coco_clip_vitl14.parquet", 6)
 
 
 def extract(h: Home) -> None:
@@ -348,15 +360,15 @@ def extract(h: Home) -> None:
     images = h.path / "flickr30k-images"
     images.mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
-    with (h.path / "captions.csv").open("w", newline="") as fh:
+    with (h.path / "flickr30k_captions.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["image", "caption"])
         for k in range(3):
             Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / f"{k}.png")
             w.writerows([(f"{k}.png", f"image {k} caption {j}") for j in range(2)])
     out_store = h.path / "extracted.parquet"
-    h.sh("python -m trainables.extract --pairs captions.csv --images flickr30k-images/ --model "
-         f"{clip} --out {out_store}", profile=None)
+    h.sh("python -m trainables.extract --pairs flickr30k_captions.csv --images flickr30k-images/ "
+         f"--model {clip} --out {out_store}", profile=None)
     _store_rows(out_store, 6)
 
 
@@ -369,8 +381,9 @@ def _fetch_env(h: Home, endpoint: str, data: str = "fetched") -> dict[str, str]:
 def fetch_dry_run(h: Home) -> None:
     out = h.sh("python -m trainables.fetch paper --dry-run", profile=None,
                env=_fetch_env(h, "http://127.0.0.1:9", "fresh"))  # nothing listens: no network
-    assert re.search(r"^  wiki1m_for_simcse.txt  about 120 MB  sha256", out, re.M), out
-    assert "senteval.tar  about 90 MB  sha256" in out, out
+    assert re.search(r"^  wiki1m_for_simcse.txt  about 121.0 MB  sha256", out, re.M), out
+    assert "senteval.tar  about 90.0 MB  sha256" in out, out
+    assert "to fetch: 7 of 7 item(s)" in out and ": writable, " in out, out
 
 
 def fetch_paper(h: Home) -> None:
@@ -385,9 +398,11 @@ def fetch_paper(h: Home) -> None:
         again = h.sh("python -m trainables.fetch paper", "--no-progress", profile=None,
                      env=_fetch_env(h, url))
     assert "  wiki1m: fetched" in out and "  clip: fetched" in out, out
-    assert "  wiki1m: checked" in again and ": fetched" not in again, again
+    assert "  wiki1m: checked" in again and not re.search(r"^  \S+: fetched", again, re.M), again
+    assert "summary: fetched 7 (" in out and "summary: fetched 0, checked 7 (" in again, again
     assert (h.path / "fetched" / "senteval" / "downstream" / "STS" / "STSBenchmark").is_dir()
     assert "python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json" in out
+    assert "--out $MMEMB_DATA/flickr30k_mcse_resnet50.parquet" in out  # what MCSE's cells read
 
 
 def _store_rows(path: Path, n: int) -> None:
@@ -457,11 +472,13 @@ COMMANDS: dict[str, Journey] = {
     "python -m trainables.fetch paper --dry-run": Journey(
         f"{PRINTED}, $HF_ENDPOINT pointing at no server (no network needed)", fetch_dry_run),
     "python -m trainables.train --profile demo": Journey(f"{PRINTED} (one demo run)", train_one, slow=True),
-    "python -m trainables.convert mcse --captions flickr_random_captions.txt --features flickr_resnet.hdf5 --out flickr_resnet.parquet":
+    "python -m trainables.convert mcse --captions flickr_random_captions.txt --features flickr_resnet.hdf5 --out flickr30k_mcse_resnet50.parquet":
         Journey(f"{PRINTED}, on 3 captions with 8-d features written by the test", convert_mcse),
     "python -m trainables.convert clip-json --json flickr30k_ViT_L14.json --out flickr30k_clip_vitl14.parquet":
         Journey(f"{PRINTED}, on a 3-image JSON written by the test", convert_clip),
-    "python -m trainables.extract --pairs captions.csv --images flickr30k-images/ --model openai/clip-vit-large-patch14 --out flickr30k_clip_vitl14.parquet":
+    "python -m trainables.convert clip-json --json train_coco_ViT_L14.json --out coco_clip_vitl14.parquet":
+        Journey(f"{PRINTED}, on a 3-image JSON written by the test", convert_coco),
+    "python -m trainables.extract --pairs flickr30k_captions.csv --images flickr30k-images/ --model openai/clip-vit-large-patch14 --out flickr30k_clip_vitl14.parquet":
         Journey("a tiny CLIP folder for the hub's model, which cannot be downloaded here; "
                 "3 images, 6 captions", extract, slow=True),
 }

@@ -173,8 +173,10 @@ def test_roberta_and_coco_rows_set_encoder_and_pairs(name, monkeypatch, tmp_path
             assert "data.pairs" not in ov, c.name
         paper = build_config("paper", overrides=ov)  # the profile's recipe never overrides the row
         assert paper.encoder == ("roberta-base" if name in ROBERTA_GRIDS else "bert-base-uncased")
-        # each method family on the store its official code read (MCSE: its released file)
-        own = MCSE_STORE if paper.objective.method == "mcse" else PAPER_STORE
+        # each method family on the store its official code read (MCSE: its released file, but
+        # MCSE given the CLIP text features, which that file has not, stays on the CLIP store)
+        mcse = paper.objective.method == "mcse" and not paper.needs.clip_text
+        own = MCSE_STORE if mcse else PAPER_STORE
         assert Path(paper.data.pairs).name == (COCO_STORE if name in COCO_GRIDS else own)
         if name in ROBERTA_GRIDS:
             assert (paper.lr, paper.batch_size) == (1e-5, 128)

@@ -4,7 +4,11 @@ It answers the two requests ``trainables.fetch`` makes: the repository listing
 (``/api/{models,datasets}/<repo>/revision/<rev>``, with sizes, git blob ids and LFS SHA-256s) and
 the file download (``/<datasets/>?<repo>/resolve/<commit>/<path>``, with HTTP Range). Faults are
 injected per file: ``cut[path] = n`` never sends byte ``n`` and on, closing the connection there (``cut_times`` times),
-``corrupt`` serves other bytes than the listing publishes. Every request is recorded.
+``corrupt`` serves other bytes than the listing publishes; and per request: ``faults[key]`` is a
+list consumed one entry per request to ``key`` (a file name, or ``api:<repo>`` for a listing),
+each entry one of ``FAULTS``. A repository missing from ``repos`` answers as the hub does
+(404, ``X-Error-Code: RepoNotFound``); a revision in ``gone_revisions``, as a revision the hub no
+longer has (404, ``RevisionNotFound``). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import threading
 from dataclasses import dataclass, field
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FAULTS = ("corrupt", "404", "500", "503", "drop", "cut:N")
+"""per-request faults: other bytes than listed; an HTTP status; the connection closed with no
+answer; the body cut after N bytes"""
 
 
 @dataclass
@@ -29,6 +36,8 @@ class Hub:
     cut: dict[str, int] = field(default_factory=dict)
     cut_times: int = 10**9
     corrupt: set[str] = field(default_factory=set)
+    faults: dict[str, list[str]] = field(default_factory=dict)
+    gone_revisions: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     """(method, path, Range header)"""
 
@@ -43,6 +52,11 @@ class Hub:
                             "pointerSize": 134}
             siblings.append(s)
         return {"id": repo, "sha": COMMIT, "siblings": siblings, "private": False}
+
+    def fault(self, key: str) -> str | None:
+        """The next fault for ``key``, consumed (None when there is none)."""
+        queue = self.faults.get(key)
+        return queue.pop(0) if queue else None
 
     def downloads(self, name: str) -> list[str | None]:
         """The Range headers of the downloads of files named ``name``."""
@@ -68,9 +82,20 @@ def _handler(hub: Hub):
             hub.requests.append(("GET", self.path, self.headers.get("Range")))
             path = self.path.split("?", 1)[0]
             if path.startswith("/api/"):
-                kind, rest = path[5:].split("/", 1)
-                repo = rest.split("/revision/", 1)[0]
+                kind, _, rest = path[5:].partition("/")
+                if kind not in ("models", "datasets") or not rest:
+                    return self._send(404, b'{"error": "not served here"}')
+                repo, _, revision = rest.partition("/revision/")
                 key = (kind.rstrip("s"), repo)
+                fault = hub.fault(f"api:{repo}")
+                if fault == "drop":
+                    self.close_connection = True
+                    return
+                if fault and fault.isdigit():
+                    return self._send(int(fault), b'{"error": "injected"}')
+                if revision in hub.gone_revisions:
+                    return self._send(404, b'{"error": "Invalid rev id"}',
+                                      {"X-Error-Code": "RevisionNotFound"})
                 if key not in hub.repos:
                     return self._send(404, b'{"error": "Repository not found"}',
                                       {"X-Error-Code": "RepoNotFound"})
@@ -82,8 +107,14 @@ def _handler(hub: Hub):
             name = tail.split("/", 1)[1] if "/" in tail else ""
             data = hub.repos.get((kind, repo), {}).get(name)
             if data is None:
-                return self._send(404, b"not found")
-            if name in hub.corrupt:
+                return self._send(404, b"not found", {"X-Error-Code": "EntryNotFound"})
+            fault = hub.fault(name)
+            if fault == "drop":
+                self.close_connection = True
+                return
+            if fault and fault.isdigit():
+                return self._send(int(fault), b"injected")
+            if name in hub.corrupt or fault == "corrupt":
                 data = bytes(b ^ 0xFF for b in data)
             start = 0
             rng = self.headers.get("Range")
@@ -91,13 +122,16 @@ def _handler(hub: Hub):
                 start = int(rng.split("=")[1].split("-")[0])
             body = data[start:]
             cut = hub.cut.get(name)
+            once = fault is not None and fault.startswith("cut:")
+            if once:
+                cut = start + int(fault[4:])
             self.send_response(206 if rng else 200)
             self.send_header("Content-Length", str(len(body)))
             if rng:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.end_headers()
-            if cut is not None and hub.cut_times > 0 and start <= cut:
-                hub.cut_times -= 1
+            if cut is not None and (once or hub.cut_times > 0) and start <= cut:
+                hub.cut_times -= 0 if once else 1
                 self.wfile.write(body[:cut - start])
                 self.wfile.flush()
                 self.close_connection = True
@@ -129,14 +163,15 @@ SENTEVAL_DIRS = ("STS/STS12-en-test", "STS/STS13-en-test", "STS/STS14-en-test",
                  "CR", "SUBJ", "MPQA", "SST/binary", "TREC", "MRPC")
 
 
-def senteval_tar(dirs=SENTEVAL_DIRS) -> bytes:
-    """A small tar in SimCSE's layout: ``downstream/<task>/...`` for every task in ``dirs``."""
+def senteval_tar(dirs=SENTEVAL_DIRS, pad: int = 0, mode: int = 0o644) -> bytes:
+    """A small tar in SimCSE's layout: ``downstream/<task>/...`` for every task in ``dirs`` (each
+    file ``pad`` bytes longer, for a tar of a chosen size; its members of mode ``mode``)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for d in dirs:
-            data = f"stand-in for {d}\n".encode()
+            data = f"stand-in for {d}\n".encode() + b"." * pad
             info = tarfile.TarInfo(f"downstream/{d}/data.txt")
-            info.size = len(data)
+            info.size, info.mode = len(data), mode
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 

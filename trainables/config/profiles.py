@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from trainables.config.run_config import RunConfig, flatten, load_yaml
+from trainables.config.stores import (  # noqa: F401 - the profile's names, imported from here too
+    DATA_ROOT,
+    MCSE_STORE,
+    PAPER_STORE,
+    SENTEVAL_DIR,
+    TEACHER_DIRS,
+    TEACHERS_DIR,
+    TEXT_FILE,
+    store_named,
+)
 from trainables.models.pretrained import MINILM, MINILM_TOP1
 from trainables.objectives.methods import DEFAULT_METHOD, default_label, get, setting_names
 
@@ -39,22 +49,14 @@ DEMO: dict[str, Any] = {
 }
 # What each method sets on the demo or the paper profile (its recipe) is the method's own
 # ``recipes`` (built-ins and plug-ins alike; docs/methods.md).
-PAPER_STORE = "flickr30k_clip_vitl14.parquet"
-"""KDMCSE's and DALR's Flickr30k: the CLIP ViT-L/14 JSON, every caption of every image (158,915
-pairs; ``python -m trainables.convert clip-json``), docs/official-code.md §5.5"""
-MCSE_STORE = "flickr30k_mcse_resnet50.parquet"
-"""MCSE's Flickr30k: its released file, one random caption per training image and its ResNet-50
-features (29,783 pairs; ``python -m trainables.convert mcse``), docs/official-code.md §4.3"""
+
+# What the paper profile reads under $MMEMB_DATA (the file names of Wiki1M, SentEval, the stores
+# and the teachers) is one table, trainables/config/stores.py, shared with the grids, the fetch,
+# the converters and the README.
 PAPER_STORES = {"mcse": MCSE_STORE}
 """the store each method family trained on in its official code, where it is not
 ``PAPER_STORE``: the paper profile reads it for that method unless a profile, grid or cell names
 another store (one store for every cell: a controlled comparison, said in the report)"""
-
-
-DATA_ROOT = "$MMEMB_DATA"
-"""a data path (``data.text``, ``data.pairs``, ``data.senteval``) may start with it: a grid names
-``$MMEMB_DATA/coco_clip_vitl14.parquet``, and the folder is read when a config is built, not when
-the grid is imported"""
 
 
 def data_root() -> Path:
@@ -73,10 +75,10 @@ def paper_profile() -> dict[str, Any]:
     root = data_root()
     return {
         "encoder": "bert-base-uncased",
-        "data.text": str(root / "wiki1m_for_simcse.txt"),
+        "data.text": str(root / TEXT_FILE),
         "data.pairs": str(root / PAPER_STORE),
-        "data.senteval": str(root / "senteval" / "downstream"),
-        "text_teachers": [str(root / "teachers" / TEACHER_DIRS[t]) for t in ("simcse", "diffcse")],
+        "data.senteval": str(root / SENTEVAL_DIR),
+        "text_teachers": [str(root / TEACHERS_DIR / TEACHER_DIRS[t]) for t in ("simcse", "diffcse")],
     }
 
 
@@ -151,7 +153,7 @@ def transfer_layer(profile: str | None) -> tuple[dict[str, Any], str | None]:
         return {"transfer": mode}, None
     folder = prof.get("data.senteval")
     if folder is None and os.environ.get("MMEMB_DATA"):
-        folder = str(Path(os.environ["MMEMB_DATA"]) / "senteval" / "downstream")
+        folder = str(Path(os.environ["MMEMB_DATA"]) / SENTEVAL_DIR)
         if not Path(folder).expanduser().is_dir():
             return {}, (f"not evaluated: the demo profile generates its STS data, and {folder} "
                         "($MMEMB_DATA/senteval/downstream) does not exist; point MMEMB_DATA at "
@@ -198,6 +200,7 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     prof = {k: v for k, v in prof.items()
             if not k.startswith("objective.") or k == "objective.method" or k[10:] in own}
     merged: dict[str, Any] = dict(prof)
+    swapped = None
     origin = {k: layer_of[k] for k in prof}  # "profile X" or "profile X (base demo)"
     if method is not None:
         merged["objective.method"] = method
@@ -208,11 +211,13 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
         # the method's own official store replaces the paper profile's default one (not a store
         # a profile file names)
         if own_store and not demo and merged.get("data.pairs") == paper_profile()["data.pairs"]:
-            merged["data.pairs"] = str(Path(merged["data.pairs"]).with_name(own_store))
+            default_pairs = (merged["data.pairs"], origin["data.pairs"])
+            merged["data.pairs"] = swapped = str(Path(merged["data.pairs"]).with_name(own_store))
             origin["data.pairs"] = f"recipe {method} ({name}): its official store"
     for layer, values in layers:
         merged.update(values)
         origin.update(dict.fromkeys(values, layer))
+    on_own = swapped is not None and merged.get("data.pairs") == swapped  # no layer moved it
     if TEACHER_PARAM in merged:  # a symbolic teacher combination: the profile says where it lives
         combo = merged.pop(TEACHER_PARAM)
         alpha = merged.pop(ALPHA_PARAM, DEFAULT_ALPHA)
@@ -229,6 +234,13 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     # The method's settings hold its values, so the hash, MLflow's params and the run all see the
     # same numbers (an explicit 0.15 margin and KDMCSE's default are one config).
     cfg = RunConfig().with_overrides(merged)
+    store = store_named(Path(cfg.data.pairs).name) if on_own else None
+    if store and cfg.needs.clip_text and "clip_text" not in store.columns:
+        # MCSE given the CLIP text features (KDMCSE Table 5): its own store has none, so the run
+        # stays on the profile's CLIP store
+        merged["data.pairs"], origin["data.pairs"] = default_pairs
+        merged["data.pairs"] = str(Path(expand_data_root(merged["data.pairs"])).expanduser().resolve())
+        cfg = RunConfig().with_overrides(merged)
     default, got = flatten(RunConfig().to_dict()), flatten(cfg.to_dict())
     label = default_label(cfg.objective.method)
     changed = {}
@@ -239,14 +251,6 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     return cfg, changed
 
 
-# DALR text teachers (DALR paper, Table 9) under $MMEMB_DATA/teachers/, named as the paper
-# profile names the default pair so the default combination hashes the same either way.
-TEACHER_DIRS = {
-    "simcse": "unsup-simcse-bert-base-uncased",
-    "diffcse": "DiffCSE-bert-base-uncased",
-    "rankcse": "RankCSE-listmle-bert-base-uncased",
-    "clip": "clip-vit-large-patch14",
-}
 TEACHER_PARAM, ALPHA_PARAM = "teachers", "teacher_alpha"
 DEFAULT_ALPHA = 0.33  # DALR code: SimCSE 0.33, DiffCSE 0.67 (DALR code, docs/official-code.md)
 
@@ -267,7 +271,7 @@ def teacher_overrides(combo: str, alpha: float = DEFAULT_ALPHA, demo: bool = Fal
     if demo:
         paths = [MINILM] * len(names)
     else:
-        root = data_root() / "teachers"
+        root = data_root() / TEACHERS_DIR
         paths = [str(root / TEACHER_DIRS[n]) for n in names]
     weights = [1.0] if len(names) == 1 else [alpha, round(1.0 - alpha, 10)]
     return {"text_teachers": paths, "objective.teacher_weights": weights}

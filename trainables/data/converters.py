@@ -18,7 +18,10 @@ CLI::
     python -m trainables.convert mcse --captions X.txt --features X.hdf5 --out store.parquet
     python -m trainables.convert clip-json --json X.json --out store.parquet
 
-Bad input exits non-zero with one line naming the file, the row/key and the fix.
+Without ``--out``, a release the paper profile reads (``STORES`` in trainables/config/stores.py:
+``flickr30k_ViT_L14.json``, ``train_coco_ViT_L14.json``, MCSE's ``flickr_random_captions.txt`` +
+``flickr_resnet.hdf5``) becomes the store the profile reads, beside the released file. Bad input
+exits non-zero with one line naming the file, the row/key and the fix.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.config.stores import DATA_ROOT, STORES, Store
 from trainables.data.store import StoreError, StoreMetadata, write_store
 
 DEFAULT_CLIP = "openai/clip-vit-large-patch14"
@@ -51,7 +55,8 @@ def read_mcse(captions: str | Path, features: str | Path) -> tuple[list[str], np
     captions, features = Path(captions), Path(features)
     for p in (captions, features):
         if not p.is_file():
-            raise StoreError(f"{p}: file not found; download it as the MCSE README says")
+            raise StoreError(f"{p}: file not found; download it as the MCSE README says (python -m "
+                             "trainables.fetch paper --only mcse-resnet says where and how)")
     # The official loader: open(..., 'r').readlines() + strip (universal newlines, UTF-8).
     try:
         with open(captions, encoding="utf-8") as f:
@@ -164,7 +169,8 @@ def read_clip_json(path: str | Path) -> tuple[list[str], list[str], np.ndarray, 
     """CLIP JSON -> (captions, image_ids, image (N, Dv), clip_text (N, Dt)), one row per caption."""
     path = Path(path)
     if not path.is_file():
-        raise StoreError(f"{path}: file not found; download the KDMCSE/DALR CLIP JSON")
+        raise StoreError(f"{path}: file not found; download the KDMCSE/DALR CLIP JSON (python -m "
+                         "trainables.fetch paper --dry-run says where)")
     caps: list[str] = []
     ids: list[str] = []
     imgs: list[np.ndarray] = []
@@ -228,19 +234,42 @@ def convert_clip_json(path, out, teacher: str = DEFAULT_CLIP) -> Path:
     return write_store(out, caps, ids, {"image": img, "clip_text": txt}, meta)
 
 
+def command(store: Store, root: str = DATA_ROOT) -> str:
+    """The command that makes ``store`` from its released files under ``root``: what the fetch
+    prints, with ``--out`` spelled out."""
+    given = " ".join(f"{opt} {root}/{name}" for opt, name in store.sources)
+    return f"python -m trainables.convert {store.convert} {given} --out {root}/{store.file}"
+
+
+def default_out(cmd: str, given: dict[str, str]) -> Path:
+    """The store the paper profile reads that is made from the released files ``given``
+    (option -> path), beside them; one line saying to name ``--out`` when they are no such release."""
+    for store in STORES.values():
+        if store.convert == cmd and all(Path(given.get(opt) or "").name == name
+                                        for opt, name in store.sources):
+            return Path(given[store.sources[0][0]]).parent / store.file
+    known = "; ".join(" + ".join(store.source_files()) for store in STORES.values()
+                      if store.convert == cmd)
+    raise StoreError(f"--out is needed: {' + '.join(Path(v).name for v in given.values())} is not "
+                     f"a release the paper profile reads ({known}), so no store name follows "
+                     "from it; name the store with --out")
+
+
 def parser() -> argparse.ArgumentParser:
     from trainables.runtime.command_line import Parser
 
     ap = Parser(prog="python -m trainables.convert", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    out_help = ("the store to write (default: for a release the paper profile reads, the store "
+                "it reads, beside the released file)")
     m = sub.add_parser("mcse", help="MCSE caption .txt + ResNet .hdf5")
     m.add_argument("--captions", required=True)
     m.add_argument("--features", required=True)
-    m.add_argument("--out", required=True)
+    m.add_argument("--out", default=None, help=out_help)
     m.add_argument("--image-teacher", default="resnet50")
     c = sub.add_parser("clip-json", help="KDMCSE/DALR CLIP JSON")
     c.add_argument("--json", required=True)
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", default=None, help=out_help)
     c.add_argument("--teacher", default=DEFAULT_CLIP)
     return ap
 
@@ -250,11 +279,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     try:
-        writable_file(args.out, "--out")
+        given = ({"--captions": args.captions, "--features": args.features} if args.cmd == "mcse"
+                 else {"--json": args.json})
+        out = args.out or default_out(args.cmd, given)
+        writable_file(out, "--out")
         if args.cmd == "mcse":
-            out = convert_mcse(args.captions, args.features, args.out, args.image_teacher)
+            out = convert_mcse(args.captions, args.features, out, args.image_teacher)
         else:
-            out = convert_clip_json(args.json, args.out, args.teacher)
+            out = convert_clip_json(args.json, out, args.teacher)
     except (ValueError, OSError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

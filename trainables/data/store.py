@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainables.runtime.filelock import file_lock
+from trainables.runtime.modes import as_created
 
 FORMAT_VERSION = 1
 META_KEY = b"mmemb"
@@ -149,6 +150,7 @@ def _atomic_write_table(table: pa.Table, path: Path) -> Path:
         raise StoreError(f"{path}: cannot write there ({exc.strerror}: {exc.filename}); choose a "
                          "writable output folder") from None
     os.close(fd)
+    as_created(tmp)  # mkstemp's 0600 would keep the store from a group sharing the data folder
     try:
         # No compression: feature floats barely compress and uncompressed pages read faster.
         # Page CRCs: a page corrupted later (a bad disk, a partial copy) fails at decode.

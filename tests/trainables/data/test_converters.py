@@ -172,3 +172,59 @@ def test_module_cli_bad_input_exits_nonzero_without_traceback(tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "key 'k'" in proc.stderr
     assert not (tmp_path / "o.parquet").exists()
+
+
+# --- the paper profile's names: a release becomes the store the profile reads ------------------
+def test_without_out_a_release_becomes_the_store_the_profile_reads_beside_it(tmp_path, capsys):
+    from trainables.config.stores import STORES
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    flickr, mcse, coco = STORES["flickr30k"], STORES["flickr30k-mcse"], STORES["coco"]
+    (data / mcse.source_files()[0]).write_text("a dog runs\ntwo cats\n")
+    with h5py.File(data / mcse.source_files()[1], "w") as f:
+        f.create_dataset("features", data=rng.standard_normal((2, 8)))
+    assert conv.main(["mcse", "--captions", str(data / mcse.source_files()[0]),
+                      "--features", str(data / mcse.source_files()[1])]) == 0
+    assert len(FeatureStore(data / mcse.file)) == 2
+    for store in (flickr, coco):
+        src = _clip_json(data, _entries(rng), store.source_files()[0])
+        assert conv.main(["clip-json", "--json", str(src)]) == 0
+        assert len(FeatureStore(data / store.file)) == 6
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {data / s.file}" for s in (mcse, flickr, coco)]
+    # the command the fetch prints names the same files
+    assert conv.command(mcse) == (f"python -m trainables.convert mcse --captions $MMEMB_DATA/"
+                                  f"{mcse.source_files()[0]} --features $MMEMB_DATA/"
+                                  f"{mcse.source_files()[1]} --out $MMEMB_DATA/{mcse.file}")
+
+
+def test_without_out_another_file_is_refused_naming_the_releases(tmp_path, capsys):
+    src = _clip_json(tmp_path, _entries(np.random.default_rng(0)), "mine.json")
+    assert conv.main(["clip-json", "--json", str(src)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --out is needed: mine.json is not a release "
+                                               "the paper profile reads (flickr30k_ViT_L14.json; "
+                                               "train_coco_ViT_L14.json)"), err
+    assert list(tmp_path.glob("*.parquet")) == []
+
+
+def test_a_store_is_written_with_the_users_umask_not_0600(tmp_path):
+    """mkstemp makes 0600 files: a data folder a group shares (umask 002) could not read it."""
+    import os
+    import stat
+
+    cap, h5 = _mcse_files(tmp_path, ["a", "b"], np.zeros((2, 4), np.float32))
+    old = os.umask(0o002)
+    try:
+        out = conv.convert_mcse(cap, h5, tmp_path / "shared.parquet")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o664
+    old = os.umask(0o077)
+    try:
+        out = conv.convert_mcse(cap, h5, tmp_path / "private.parquet")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
