@@ -55,7 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -87,6 +87,8 @@ PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), 
                     ("A100", 312.0))
 """Dense (no sparsity) bf16 peaks from NVIDIA's data sheets, matched in order in the device name."""
 TEACHER_DIRS = ("simcse", "DiffCSE")
+STORES = ("clip", "resnet")
+"""BenchConfig.store: a CLIP store (image + caption features) or MCSE's ResNet one (image only)"""
 POOL_ROWS = 2048
 LR, ADAM_EPS, CLIP = 3e-5, 1e-6, 1.0  # official recipe (docs/official-code.md §2.3)
 TARGET_M, TARGET_MFU, TARGET_X = 20, 0.35, 8.0
@@ -125,6 +127,11 @@ class BenchConfig:
     """cap of the 'max' doubling (needed on CPU, where no out-of-memory error stops it)"""
     packed: int = 1
     """how many copies of this command run side by side (recorded; see bench/README.md)"""
+    vocab_size: int | None = None
+    """the random student's vocabulary (default: ``vocab``'s rule)"""
+    store: str = "clip"
+    """the caption store's features: 'clip' (image and CLIP caption features, the paper profile's
+    store for KDMCSE and DALR) or 'resnet' (the image feature only, MCSE's own store)"""
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS] + [x for x in self.loops if x not in LOOPS]
@@ -132,6 +139,8 @@ class BenchConfig:
             raise ValueError(f"unknown method/loop {bad}; methods from {METHODS}, loops from {LOOPS}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision={self.precision!r}; use auto, bf16 or fp32")
+        if self.store not in STORES:
+            raise ValueError(f"store={self.store!r}; use one of {', '.join(STORES)}")
         if self.device not in ("cpu", "cuda") or self.kind not in ("pair", "text"):
             raise ValueError(f"device={self.device!r} kind={self.kind!r}; use cpu|cuda and pair|text")
         if min(self.batch_sizes, default=0) < 2 or max(self.batch_sizes) > POOL_ROWS:
@@ -167,8 +176,9 @@ class BenchConfig:
     @property
     def vocab(self) -> int:
         """bert-base-uncased's 30522; 1024 for the tiny model, whose word embeddings would
-        otherwise be 20x its layers (and dominate its step and its AdamW update)."""
-        return 1024 if self.tiny else 30522
+        otherwise be 20x its layers (and dominate its step and its AdamW update); or
+        ``vocab_size``."""
+        return self.vocab_size or (1024 if self.tiny else 30522)
 
 
 # ------------------------------------------------------------------------------ synthetic inputs
@@ -222,7 +232,7 @@ class SyntheticData:
     teacher_columns: tuple[str, ...] = ()
 
     def __init__(self, ws: Workspace, dim: int, max_length: int, device: torch.device, seed: int,
-                 kind: str = "pair", vocab: int = 30522):
+                 kind: str = "pair", vocab: int = 30522, clip_text: bool = True):
         g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(5, vocab, (POOL_ROWS, max_length), generator=g)
         self.ids[:, 0], self.ids[:, -1] = 2, 3  # [CLS] ... [SEP] of the test vocabulary
@@ -233,7 +243,11 @@ class SyntheticData:
         self.clip = torch.from_numpy(self.clip_np).to(device)
         self.senteval_dir = ws.senteval
         self.n_text, self.n_pair = (0, POOL_ROWS) if kind == "pair" else (POOL_ROWS, 0)
-        self.image_dim = self.clip_text_dim = dim
+        self.image_dim = dim
+        self.clip_text_dim = dim if clip_text else None
+        """None: a store without CLIP caption features (MCSE's ResNet store)"""
+        if not clip_text:
+            self.clip = None
 
     def batch(self, kind: str, indices: np.ndarray, tokenize, device: torch.device,
               teacher_columns: tuple[str, ...] = ()) -> Batch:
@@ -243,10 +257,20 @@ class SyntheticData:
         if kind == "text":
             return Batch(kind, ids, mask)
         d = idx.to(self.image.device, non_blocking=True)  # no stream sync the real loop lacks
-        return Batch(kind, ids, mask, image=self.image[d], clip_text=self.clip[d])
+        return Batch(kind, ids, mask, image=self.image[d],
+                     clip_text=None if self.clip is None else self.clip[d])
 
 
 # ------------------------------------------------------------------------------ the two loops
+def method_settings(method: str, store: str = "clip"):
+    """The method's default settings; on a store without caption features ('resnet'), KDMCSE's
+    CLIP-text term off (it reads them), as a KDMCSE member on MCSE's store would be configured."""
+    s = get_method(method).settings()
+    if store != "clip" and getattr(s, "clip_text_term", False):
+        s = replace(s, clip_text_term=False)
+    return s
+
+
 def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str | Sequence[str],
                bs: int, members: int = 1, seeds: Sequence[int] | None = None):
     """The real ``ArrayTrainer`` (stacked model, heads, teachers, AdamW, DevEvaluator) on synthetic
@@ -263,7 +287,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
     for i in range(members):
         m = mix[i % len(mix)]
         cfgs.append((f"{m}/m{i}", RunConfig(
-            objective=get_method(m).settings(), encoder=str(ws.encoder),
+            objective=method_settings(m, bc.store), encoder=str(ws.encoder),
             text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
             max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=seeds[i],
             precision=bc.precision, final_eval=False,
@@ -287,7 +311,7 @@ class OfficialStep:
 
     def __init__(self, bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str):
         self.device, self.kind, self.data = torch.device(bc.device), bc.kind, data
-        self.obj = get_method(method).settings().resolved()
+        self.obj = method_settings(method, bc.store).resolved()
         torch.manual_seed(bc.seed)
         self.student = Student(StudentConfig(
             encoder=str(ws.encoder), method=method, image_dim=data.image_dim,
@@ -306,7 +330,8 @@ class OfficialStep:
         teacher = image = clip = None
         if self.kind == "pair":  # the collator builds features on the host; moved every step
             image = torch.from_numpy(self.data.image_np[idx]).to(d)
-            clip = torch.from_numpy(self.data.clip_np[idx]).to(d)
+            if self.data.clip is not None:  # MCSE's ResNet store has no caption features
+                clip = torch.from_numpy(self.data.clip_np[idx]).to(d)
         out = self.student(ids, mask, image=image, clip_text=clip)
         if self.kind == "pair":
             embs, local = [], []
@@ -541,7 +566,7 @@ def run_benchmark(bc: BenchConfig, command: str = "", workdir: Path | None = Non
     with tempfile.TemporaryDirectory(prefix="bench-train-step-", dir=workdir) as tmp:
         ws = make_workspace(Path(tmp), bc)
         data = SyntheticData(ws, bc.dims[0], bc.max_length, torch.device(bc.device),
-                             bc.seed, bc.kind, bc.vocab)
+                             bc.seed, bc.kind, bc.vocab, clip_text=bc.store == "clip")
         once: dict[str, float] = {}
 
         def row(loop: str, methods: list[str], bs: int) -> dict:
@@ -663,6 +688,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[64])
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--kind", choices=["pair", "text"], default="pair")
+    p.add_argument("--store", choices=STORES, default="clip",
+                   help="caption features: clip (image + CLIP text) or resnet (image only, MCSE's store)")
     p.add_argument("--steps", type=int, default=None, help="steps per window (20 cuda, 3 cpu)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (10 cuda, 1 cpu)")
     p.add_argument("--windows", type=int, default=None, help="timed windows (5 cuda, 3 cpu)")
@@ -692,7 +719,7 @@ def main(argv: list[str] | None = None) -> None:
         bc = BenchConfig(
             device=a.device, tiny=a.tiny, methods=tuple(a.methods if a.mixed else a.methods[:1]),
             members=tuple(a.members or ((1, 5, 20, MAX) if gpu else (1, 5))),
-            batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind,
+            batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind, store=a.store,
             compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops,
             loops=tuple(a.loops), max_members=a.max_members, packed=a.packed,
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
