@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.func import vmap
@@ -52,8 +52,9 @@ from trainables.arrays.encoder import StackedEncoder
 from trainables.arrays.finite_check import FULLY_MASKED_STOP
 from trainables.data.batches import Batch
 
-if TYPE_CHECKING:
-    from trainables.arrays.trainer import ArrayTrainer
+# The trainer's type, by name only: the trainer imports this module (an import back, even under
+# TYPE_CHECKING, would make a cycle: tests/test_imports.py).
+ArrayTrainer = Any
 
 MODES = ("off", "default", "graphs")
 BACKEND = "inductor"
@@ -78,24 +79,6 @@ def capture(encoder: torch.nn.Module, mode: str, device: torch.device) -> str | 
     return None                                              # and its state_dict are unchanged
 
 
-def whole_step_unavailable() -> str | None:
-    """Why this torch cannot capture a step's backward (Dynamo's ``trace_autograd_ops``, the
-    switch that lets a compiled function call ``torch.autograd.grad``, is missing), or None."""
-    config = getattr(getattr(torch, "_dynamo", None), "config", None)
-    if config is None or not hasattr(config, "trace_autograd_ops"):
-        return "this torch's Dynamo cannot trace torch.autograd.grad (no trace_autograd_ops)"
-    return None
-
-
-def _allow_autograd_in_graphs() -> None:
-    # torch.compile traces torch.autograd.grad into the graph only with this switch (torch 2.13:
-    # off by default, Dynamo breaks the graph at the call instead); and a run compiles one graph
-    # per structure of its steps, more than Dynamo's default limit of 8.
-    config = torch._dynamo.config
-    config.trace_autograd_ops = True
-    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
-
-
 class WholeStep:
     """``compile=graphs``: the step from the stacked forward to the update as one captured function
     (module docstring). ``ArrayTrainer.train_step`` asks ``ready`` at every step, runs ``run``
@@ -110,7 +93,7 @@ class WholeStep:
         self._pad = trainer.tokenizer.pad_token_id or 0  # read outside the graph: a tokenizer is no tensor code
         self.captured_steps = 0
         """steps that ran as the captured function (for the benchmarks and tests)"""
-        _allow_autograd_in_graphs()
+        kernels.allow_autograd_in_graphs(RECOMPILE_LIMIT)
         how = "reduce-overhead" if trainer.device.type == "cuda" else "default"
         kw = {"mode": how} if BACKEND == "inductor" else {}
         self._fn = torch.compile(self._body, backend=BACKEND, fullgraph=True, dynamic=False, **kw)
@@ -313,7 +296,7 @@ def whole_step(trainer: ArrayTrainer, mode: str) -> WholeStep | None:
     reason said once)."""
     if mode != "graphs" or not isinstance(trainer.model.encoder, StackedEncoder):
         return None
-    why = whole_step_unavailable()
+    why = kernels.autograd_in_graphs_why()
     if why:
         if trainer.rank == 0:
             print(f"compile=graphs: the encoder alone is captured ({why})", flush=True)
