@@ -127,6 +127,8 @@ class BenchConfig:
     """cap of the 'max' doubling (needed on CPU, where no out-of-memory error stops it)"""
     packed: int = 1
     """how many copies of this command run side by side (recorded; see bench/README.md)"""
+    evaluate: bool = True
+    """time the evaluation too (the peer processes of gpu_suite.py skip it: they time steps)"""
     vocab_size: int | None = None
     """the random student's vocabulary (default: ``vocab``'s rule)"""
     store: str = "clip"
@@ -221,6 +223,17 @@ def make_workspace(root: Path, bc: BenchConfig, dims: tuple[int, int, int] | Non
         (sts / f"sts-{split}.csv").write_text("\n".join(rows) + "\n")
         splits[split] = (pairs, gold)
     return Workspace(root, enc, tuple(teachers), root / "senteval", splits)
+
+
+def open_workspace(root: Path) -> Workspace:
+    """A workspace ``make_workspace`` wrote (another process's): its folders and STS-B splits."""
+    splits = {}
+    for split in ("train", "dev", "test"):
+        lines = (root / "senteval" / "STS" / "STSBenchmark" / f"sts-{split}.csv").read_text().splitlines()
+        rows = [ln.split("\t") for ln in lines if ln]
+        splits[split] = ([(r[5], r[6]) for r in rows], np.array([float(r[4]) for r in rows]))
+    return Workspace(root, root / "encoder", tuple(str(root / n) for n in TEACHER_DIRS),
+                     root / "senteval", splits)
 
 
 class SyntheticData:
@@ -452,8 +465,12 @@ def peak_flops(bc: BenchConfig) -> tuple[float | None, str]:
 
 
 def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
-              methods: Sequence[str], bs: int, peak: float | None, once: dict[str, float]) -> dict:
-    """One row: an array of ``len(methods)`` members (ours) or one official-style run."""
+              methods: Sequence[str], bs: int, peak: float | None, once: dict[str, float],
+              after: Callable[[Any, Callable], Any] | None = None) -> dict:
+    """One row: an array of ``len(methods)`` members (ours) or one official-style run.
+    ``after(trainer, step)``, if given, runs on the warm trainer once the row is timed (a
+    profile of the same array: a captured one need not compile again); its result is the
+    row's ``"after"``."""
     device = torch.device(bc.device)
     if bc.compile:
         torch.compiler.reset()  # a fresh model per row: drop the previous row's graphs
@@ -473,7 +490,10 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         eval_key = "official"
     windows = time_windows(step, bc, bs)
     mem = _peak_bytes(device)
-    if eval_key not in once:  # the same for every method and batch size at one M
+    captured = getattr(getattr(trainer, "whole", None), "captured_steps", None)
+    if not bc.evaluate:
+        once.setdefault(eval_key, float("nan"))
+    elif eval_key not in once:  # the same for every method and batch size at one M
         evaluate()  # warm-up (cuBLAS heuristics, compile)
         once[eval_key] = statistics.median(timed(evaluate, device) for _ in range(3))
     ckpt = None
@@ -481,6 +501,7 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         ckpt = once.setdefault(f"ckpt/{methods[0]}", timed(checkpoint, device))
     step_s, eval_s = statistics.median(windows), once[eval_key]
     tokens = 2 * bs * bc.max_length * m
+    extra = after(trainer, step) if after is not None else None
     del trainer, step, evaluate, checkpoint
     return {
         "loop": loop, "members": m, "methods": dict(Counter(methods)), "batch_size": bs,
@@ -492,6 +513,9 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         "peak_mem_per_member_bytes": mem / m, "eval_s": eval_s,
         "eval_sentences": 2 * (sum(bc.eval_pairs) if loop == "official" else bc.eval_pairs[1]),
         "checkpoint_s": ckpt, "x_vs_1": None, "x_vs_official": None, "max": False,
+        "compile": ("off" if not bc.compile or loop != "ours" else
+                    "graphs" if bc.compile_mode == "reduce-overhead" else "default"),
+        "captured_steps": captured, "after": extra,
     }
 
 
@@ -557,14 +581,14 @@ def environment(bc: BenchConfig, command: str) -> dict:
 
 
 def run_benchmark(bc: BenchConfig, command: str = "", workdir: Path | None = None,
-                  log: Callable[[str], None] = lambda s: None) -> dict:
+                  log: Callable[[str], None] = lambda s: None, workspace: Path | None = None) -> dict:
     """Every (loop, array, batch size) row with its speed-ups, the 'max' search, the environment."""
     peak = peak_flops(bc)[0]
     sizes = sorted({1, *(m for m in bc.members if m != MAX)})
     report: dict[str, Any] = {"env": environment(bc, command), "results": [], "max": None}
     rows = report["results"]
     with tempfile.TemporaryDirectory(prefix="bench-train-step-", dir=workdir) as tmp:
-        ws = make_workspace(Path(tmp), bc)
+        ws = open_workspace(workspace) if workspace else make_workspace(Path(tmp), bc)
         data = SyntheticData(ws, bc.dims[0], bc.max_length, torch.device(bc.device),
                              bc.seed, bc.kind, bc.vocab, clip_text=bc.store == "clip")
         once: dict[str, float] = {}
@@ -706,6 +730,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sum-packed", nargs="+", type=Path, default=None, metavar="JSON",
                    help="only sum the --json reports of processes run side by side, and exit")
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
+    p.add_argument("--workspace", type=Path, default=None,
+                   help="a workspace another run wrote (its random BERT, teachers and STS-B files)")
+    p.add_argument("--no-eval", action="store_true", help="time the steps only, not the evaluation")
     a = p.parse_args(argv)
     if a.sum_packed:
         print(format_packed(sum_packed([json.loads(f.read_text()) for f in a.sum_packed])))
@@ -721,7 +748,7 @@ def main(argv: list[str] | None = None) -> None:
             members=tuple(a.members or ((1, 5, 20, MAX) if gpu else (1, 5))),
             batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind, store=a.store,
             compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops,
-            loops=tuple(a.loops), max_members=a.max_members, packed=a.packed,
+            loops=tuple(a.loops), max_members=a.max_members, packed=a.packed, evaluate=not a.no_eval,
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
             windows=a.windows or (5 if gpu else 3))
     except ValueError as err:
@@ -732,7 +759,8 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("command", "git", "torch", "transformers", "cuda", "device", "torch_threads",
                 "loadavg_1m", "peak", "packed"):
         print(f"# {key:13s} {env[key]}")
-    report = run_benchmark(bc, command, log=lambda s: print(s, file=sys.stderr, flush=True))
+    report = run_benchmark(bc, command, log=lambda s: print(s, file=sys.stderr, flush=True),
+                           workspace=a.workspace)
     print(format_report(report))
     if a.json:
         tmp = a.json.with_name(a.json.name + ".tmp")
