@@ -150,19 +150,23 @@ class ArrayAdamW:
         grads, owner = self._own_grads() if own is None else own
         dev = (self.stacked[0].device if self.stacked else grads[0].device if grads
                else torch.device("cpu"))  # a looped array has no stacked parameters
-        norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=torch.float32)
+        # at least float32 (bf16 gradients), float64 for float64 parameters (a reference check)
+        acc = torch.float32
+        for t in (*self.stacked, *grads):
+            acc = torch.promote_types(acc, t.dtype)
+        norms = [torch.linalg.vector_norm(p.grad.detach().flatten(1), dim=1, dtype=acc)
                  for p in self._loose() if p.grad is not None]
         if self.flat is not None:  # a member's laid-out gradients are its row of one buffer
             self.flat.sync()
-            norms.append(torch.linalg.vector_norm(self.flat.grad, dim=1, dtype=torch.float32))
+            norms.append(torch.linalg.vector_norm(self.flat.grad, dim=1, dtype=acc))
         if len(norms) == 1:
             sq = norms[0].pow(2)
         else:
-            sq = torch.zeros(self.n_members, dtype=torch.float32, device=dev)
+            sq = torch.zeros(self.n_members, dtype=acc, device=dev)
             if norms:
                 sq += torch.stack(norms).pow(2).sum(0)
         if grads:
-            heads = torch.stack(torch._foreach_norm([g.detach().float() for g in grads]))
+            heads = torch.stack(torch._foreach_norm([g.detach().to(acc) for g in grads]))
             sq.index_add_(0, self._on_device(owner, torch.long, sq.device), heads.pow(2))
         return sq.sqrt()
 
