@@ -16,7 +16,7 @@ precision the official runs trained in (docs/official-code.md "The loop" has the
   torch's AdamW; ListMLE's tie-break draws from the member's stream.
 
 The default suite runs all but the two slow groups: ``python -m pytest -m slow
-tests/trainables/arrays/test_official_loop.py`` runs those (about three minutes on two loaded
+tests/trainables/arrays/test_official_loop.py`` runs those (one to two minutes on two loaded
 cores).
 """
 
