@@ -476,6 +476,8 @@ class Session:
         self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
                          else "FAILED")
         self._closed = True
+        from orchestrator.tracking.open_hint import open_hint
+
         print(open_hint(self.tracker.uri))
         try:
             print_links(share(self.tracker, self.parent))
@@ -496,17 +498,6 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
-
-
-def open_hint(uri: str) -> str:
-    """How to open the runs: a local store through ``mlflow ui``; a tracking server (a cluster's
-    head) is already the UI, reached from a laptop through an SSH tunnel."""
-    if uri.startswith(("http://", "https://")):
-        local = "127.0.0.1" in uri or "localhost" in uri
-        return (f"open the runs: {uri} in a browser" + (
-            " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
-            "to the head, then http://127.0.0.1:5000)" if local else ""))
-    return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
 
 
 DETERMINISTIC = ("could not be set up", "failed at step", "non-finite loss",
