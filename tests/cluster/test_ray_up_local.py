@@ -192,7 +192,7 @@ def settle(check, timeout: float, poll: float = 2.0):
 def hint_commands(out: str) -> tuple[str, list[str]]:
     """The table's closing hint -> (its line, the commands it says to run on the laptop)."""
     (line,) = [ln for ln in out.splitlines() if ln.startswith("open the runs:")]
-    m = re.search(r"from your laptop: (.*?)(?:[;,] then .*)?\)?$", line)
+    m = re.search(r"(?:from|on) your laptop[^:]*: (.*?)(?:[;,] then .*)?\)?$", line)
     assert m, f"the closing hint names no command for the laptop: {line}"
     return line, [c.strip() for c in m[1].split(", or ") if c.strip()]
 
@@ -444,12 +444,15 @@ def test_ray_up_table_ray_down(lab):
 
     # --- a `ray stop` typed on the head stops the whole cluster, and only it -----------------------
     _, stopped = sh(STOP_ON_HEAD, 300, check=False)
-    log("ray stop on the head said", lines=[ln for ln in stopped.splitlines() if "stop" in ln][-6:])
+    log("ray stop on the head said", lines=[ln for ln in stopped.splitlines()
+                                            if ln.startswith(("stopped", "worker ", "nothing"))])
     nothing_left("a `ray stop` on the head")
 
     # --- up again, then `ray down` from the laptop ------------------------------------------------
     up("ray up again")
     _, downed = sh(DOWN, 300)
+    log("ray down said", lines=[ln for ln in downed.splitlines()
+                                if ln.startswith(("stopped", "worker ", "nothing"))])
     nothing_left("`ray down`")
     for name, existed in home_before.items():  # the nodes wrote into their views only
         assert os.path.exists(os.path.join(home, name)) == existed, name
