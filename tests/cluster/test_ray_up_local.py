@@ -270,8 +270,9 @@ def test_ray_up_table_ray_down(lab):
               f"setsid -f tail -F {CLUSTER_TMP}/session_latest/logs/raylet.out >/dev/null 2>&1 </dev/null;"
               "setsid -f bash -c 'setsid sleep 1000000 & wait' mention "
               f"{CLUSTER_TMP}/session_latest >/dev/null 2>&1 </dev/null"], env=env)
-    wait_for(lambda: sum("sleep 1000000" in c for _, _, c in head.processes()) == 1, 60,
-             "the colleague's shell and its child")
+    wait_for(lambda: sum(n == "sleep" and "1000000" in c for _, n, c in head.processes()) == 1
+             and sum(n == "tail" for _, n, _ in head.processes()) == 1, 60,
+             "the colleague's shell and its child, and the tail")
     colleague = {identity(pid): (name, cmd[:100]) for pid, name, cmd in head.processes()
                  if not name.startswith("sshd") and identity(pid)}
     colleague_sessions = {session_of(pid) for pid, _ in colleague}
