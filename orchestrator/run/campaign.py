@@ -476,11 +476,12 @@ class Session:
         self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
                          else "FAILED")
         self._closed = True
-        from orchestrator.tracking.open_hint import open_hint
+        from orchestrator.results.views import DEFAULT_BASE
+        from orchestrator.tracking.open_hint import open_hint, ui_base
 
         print(open_hint(self.tracker.uri))
         try:
-            print_links(share(self.tracker, self.parent))
+            print_links(share(self.tracker, self.parent, ui_base(self.tracker.uri, DEFAULT_BASE)))
         except Exception as e:  # the links are a convenience; the table's result stands
             print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
         if self.journal.refused_files:

@@ -46,6 +46,13 @@ def open_hint(uri: str, bootstrap: Path = BOOTSTRAP, repo: Path = REPO) -> str:
             f"{', or '.join(commands)}; then {local})")
 
 
+def ui_base(uri: str, default: str) -> str:
+    """Where the MLflow UI of these runs is: a tracking server is its own UI (a cluster head's,
+    at the port the tunnel of :func:`open_hint` forwards); a local store opens with `mlflow ui`,
+    at ``default``."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else default
+
+
 def _cluster(path: Path) -> dict | None:
     import yaml
 

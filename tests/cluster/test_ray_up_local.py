@@ -76,7 +76,8 @@ UP = "RAY_UP_enable_autoscaler_v2=0 ray up -y cluster.local.yaml"
 STATUS = "ray exec cluster.local.yaml 'ray status'"
 STOP_ON_HEAD = "ray exec cluster.local.yaml 'ray stop'"
 DOWN = "RAY_UP_enable_autoscaler_v2=0 ray down -y cluster.local.yaml"
-OOM = "running low on memory"  # Ray's memory monitor killed a worker
+OOM = ("running low on memory", "ran low on memory", "out of memory issue")
+"""Ray's memory monitor killed a worker (the host's memory, shared with other work, ran short)"""
 
 # Ray's own defaults, for a port the file leaves to Ray; MLflow's own for its server.
 DEFAULT_PORTS = {"gcs": 6379, "dashboard": 8265, "client": 10001, "agent": 52365, "mlflow": 5000}
@@ -161,11 +162,15 @@ for p in c.search_runs(exps, "tags.`mmemb.kind` = 'table'"):
 print(json.dumps(out))
 """
 
-# Run on the laptop through a tunnel: MLflow's health, then the table's run and its report.
+# Run on the laptop through a tunnel: MLflow's health, the UI page of each link the table printed
+# (the MLflow UI is one page: the part after # picks the run in the browser), then the table's run
+# and its report.
 THROUGH_TUNNEL = r"""
 import json, sys, urllib.request
-base, run = sys.argv[1], sys.argv[2]
+base, run, *links = sys.argv[1:]
 assert urllib.request.urlopen(base + "/health", timeout=10).status == 200
+for link in links:
+    assert urllib.request.urlopen(link.split("#")[0], timeout=30).status == 200, link
 got = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/runs/get?run_id={run}", timeout=30))
 arts = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/artifacts/list?run_id={run}", timeout=30))
 print(json.dumps({"status": got["run"]["info"]["status"], "artifacts": [f["path"] for f in arts.get("files", [])]}))
@@ -389,7 +394,7 @@ def test_ray_up_table_ray_down(lab):
     out = out_file.read_text()
     log(table, rc=rc, seconds=round(time.monotonic() - t_table))
     for _ in range(2):  # the host, not the cluster, may be short of memory: resume as the docs say
-        if rc == 0 or OOM not in out:
+        if rc == 0 or not any(m in out for m in OOM):
             break
         log("Ray's memory monitor killed part of the table (host memory), resuming")
         rc, out = sh(table[:-1] + " --resume'", 2400, check=False)
@@ -409,7 +414,10 @@ def test_ray_up_table_ray_down(lab):
 
     # --- the closing hint, run on the laptop as printed ---------------------------------------
     line, commands = hint_commands(out)
-    log("closing hint", line=line)
+    links = re.findall(r"^ {4}(https?://\S+)\r?$", out, re.M)  # the MLflow links printed below it
+    log("closing hint", line=line, links=len(links))
+    if not links or not all(u.startswith(f"http://localhost:{ports['mlflow']}/") for u in links):
+        problems.append(f"the table's MLflow links are not on its server's port: {links[:2]}")
     # the head's host key, as after the user's first `ssh` to it (answered `yes`)
     laptop.run(["sh", "-c", f"ssh-keyscan -H {HEAD_IP} >> ~/.ssh/known_hosts 2>/dev/null"])
 
@@ -418,7 +426,7 @@ def test_ray_up_table_ray_down(lab):
         t = time.monotonic()
         tunnel = laptop.popen(["bash", "-c", cmd], env=env, cwd=str(ROOT), stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        probe = [sys.executable, "-c", THROUGH_TUNNEL, mlflow_uri, parent["id"]]
+        probe = [sys.executable, "-c", THROUGH_TUNNEL, mlflow_uri, parent["id"], *links]
         try:
             waiting = settle(lambda: tunnel.poll() is None and laptop.run(
                 probe, check=False, timeout=60).returncode != 0, 120)

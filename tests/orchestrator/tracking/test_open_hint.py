@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.tracking.open_hint import REPO, cluster_file, open_hint
+from orchestrator.tracking.open_hint import REPO, cluster_file, open_hint, ui_base
 
 
 def _bootstrap(tmp_path: Path, cfg: dict) -> Path:
@@ -66,3 +66,10 @@ def test_an_aws_head(tmp_path):
     assert "(on your laptop, where you ran `ray up`: ray attach cluster.yaml -p 5000; then http://localhost:5000)" in hint
     hint = open_hint("http://localhost:5000", bootstrap=_bootstrap(tmp_path, aws), repo=tmp_path)
     assert "ray attach YOUR-CLUSTER-FILE -p 5000;" in hint
+
+
+def test_the_printed_links_point_at_the_server_the_runs_are_on():
+    """A table on a cluster printed its MLflow links at 127.0.0.1:5000 (`mlflow ui`'s default)
+    while its server listened on another port: they opened nothing, or another MLflow."""
+    assert ui_base("http://localhost:25000/", "http://127.0.0.1:5000") == "http://localhost:25000"
+    assert ui_base("sqlite:////x/mlflow.db", "http://127.0.0.1:5000") == "http://127.0.0.1:5000"
