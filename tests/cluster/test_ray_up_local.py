@@ -17,6 +17,7 @@ own. The test then checks what a lab administrator relies on:
 
 - both nodes join on the address they are listed at, usage stats off, MLflow on 127.0.0.1 only;
 - the cluster's Ray and MLflow listen on the file's own ports, none of them the colleague's;
+- the dry run with `--address auto` plans the arrays the table then runs, and names them alike;
 - the full demo table (20 runs) trains on both nodes; a worker's raylet SIGKILLed mid-table costs
   nothing: 20 runs FINISHED, none duplicated, the report in the head's MLflow;
 - the closing hint of the table, run as printed on the laptop, opens that MLflow there (health,
@@ -369,6 +370,11 @@ def test_ray_up_table_ray_down(lab):
     if gone := colleague_gone():
         problems.append("`ray up` stopped the colleague's: " + "; ".join(gone))
 
+    # --- the dry run on the cluster plans the arrays the table runs, named alike ----------------
+    _, dry = sh(table[:-1] + " --dry-run'", 900)
+    planned = re.findall(r"^(array [0-9a-f]{6} \(\d+ members\))", dry, re.M)
+    log("dry run", cluster=re.findall(r"^cluster auto: .*", dry, re.M)[:1], arrays=planned)
+
     # --- the full demo table on both nodes; a worker's raylet dies mid-table -------------------
     def checkpointed() -> int:
         return len({c.parent for c in (shared / "runs").rglob("checkpoint_*")}) \
@@ -393,6 +399,12 @@ def test_ray_up_table_ray_down(lab):
         rc = run.wait(timeout=2400)
     out = out_file.read_text()
     log(table, rc=rc, seconds=round(time.monotonic() - t_table))
+    ran = set(re.findall(r"(array [0-9a-f]{6} \(\d+ members\))", out))
+    count = re.search(r"^20 runs in (\d+) arrays? of", out, re.M)
+    if not ran or not ran <= set(planned) or not count or int(count[1]) != len(planned):
+        problems.append(f"the dry run planned {planned}, the table ran {sorted(ran)} "
+                        f"({count[0] if count else 'no count'})")
+    log("arrays", planned=len(planned), named_alike_in_the_run=sorted(ran))
     for _ in range(2):  # the host, not the cluster, may be short of memory: resume as the docs say
         if rc == 0 or not any(m in out for m in OOM):
             break
