@@ -437,9 +437,12 @@ class Session:
         self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
                          else "FAILED")
         self._closed = True
+        from orchestrator.results.views import DEFAULT_BASE
+        from orchestrator.tracking.open_hint import open_hint, ui_base
+
         print(open_hint(self.tracker.uri))
         try:
-            print_links(share(self.tracker, self.parent))
+            print_links(share(self.tracker, self.parent, ui_base(self.tracker.uri, DEFAULT_BASE)))
         except Exception as e:  # the links are a convenience; the table's result stands
             print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
         if self.journal.refused_files:
@@ -459,15 +462,6 @@ class Session:
         return 130
 
 
-def open_hint(uri: str) -> str:
-    """How to open the runs: a local store through ``mlflow ui``; a tracking server (a cluster's
-    head) is already the UI, reached from a laptop through an SSH tunnel."""
-    if uri.startswith(("http://", "https://")):
-        local = "127.0.0.1" in uri or "localhost" in uri
-        return (f"open the runs: {uri} in a browser" + (
-            " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
-            "to the head, then http://127.0.0.1:5000)" if local else ""))
-    return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",

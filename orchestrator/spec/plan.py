@@ -80,9 +80,11 @@ class ArrayPlan:
 
     @property
     def label(self) -> str:
+        """What the dry run and the run's progress lines call it: its members only (not the
+        parent run, which a dry run does not have), so both name the same array alike."""
         if len(self.members) == 1:
             return self.members[0].label
-        return f"array {self.name[-6:]} ({len(self.members)} members)"
+        return f"array {replace(self, parent='').name[-6:]} ({len(self.members)} members)"
 
     def without(self, keys: Iterable[str]) -> ArrayPlan | None:
         """This trial minus finished members (None when nothing is left to run)."""
