@@ -180,14 +180,15 @@ class Session:
                   flush=True)
 
     def _start(self, reopen: str | None, heartbeat: bool) -> None:
-        import json
+        if not self.tracker.all_finished(reopen, [m.key for m in self.campaign.members]):
+            self._start_ray()  # a --resume with nothing left to train starts no Ray
+        self._open_parent(reopen, heartbeat)
 
+    def _start_ray(self) -> None:
         import ray
 
-        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
-        from orchestrator.tracking.journal import Journal
         from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
@@ -213,6 +214,14 @@ class Session:
             self.resources.check_fits(cluster_nodes(), "the local Ray", who)
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
+
+    def _open_parent(self, reopen: str | None, heartbeat: bool) -> None:
+        import json
+
+        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
+        from orchestrator.tracking.journal import Journal
+
+        c = self.campaign
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
         if reopen is not None and self.code_change:  # the first version stays the parent's
             tags["mmemb.code_resumed"] = self.code_change
@@ -297,6 +306,7 @@ class Session:
         """Train the members not yet finished under this parent, as arrays, in one Tune run."""
         from ray import tune
 
+        from orchestrator.run.interrupts import keep_sigint
         from orchestrator.run.live import LiveView, Prior
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
@@ -307,6 +317,8 @@ class Session:
         todo = [m for m in members if m.key not in done]
         if not todo:
             return Outcome({}, {}, {})
+        if not hasattr(self, "slots"):  # _start found nothing left to train
+            self._start_ray()
         opts = self.opts
         new = [m for m in members if m.key not in self.array_keys]
         if new:  # members planned after the session opened (a search's rounds)
@@ -358,6 +370,7 @@ class Session:
                 failure_config=tune.FailureConfig(max_failures=opts.max_failures),
             ),
         )
+        restore_sigint = keep_sigint()  # Tune's handler would swallow a later Ctrl-C
         try:
             tuner.fit()
         except Exception as e:
@@ -372,6 +385,7 @@ class Session:
                                   f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
         finally:
+            restore_sigint()
             self.live_prior.add(view)
         ended = set(mirror.finals) | set(mirror.failures) | set(mirror.pruned)
         return Outcome(mirror.finals, mirror.failures, mirror.pruned, mirror.best_dev,
@@ -424,6 +438,15 @@ class Session:
                          *([] if "--resume" in argv else ["--resume"])])
 
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
+        """:meth:`_finish`, with Ctrl-C or SIGTERM meanwhile held until the report is written
+        (then exit 130)."""
+        from orchestrator.run.interrupts import Deferred
+
+        with Deferred("the report") as held:
+            rc = self._finish(spec, extra_md, lead_md)
+        return held.exit_code(rc)
+
+    def _finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
         """Write the report (or say why not), end the parent, print where everything is.
         ``lead_md``: the report's first line (a search's verdict)."""
         from orchestrator.results.table_report import build_report, report_dir
