@@ -245,11 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             writable_folder(args.storage, "--storage")
         if not args.address:
             _check_fits(cfg)
-        from trainables.data.batches import check_dims, load_data
+        from trainables.data.batches import check_batch_fits, check_dims, load_data
         from trainables.data.schedule import count_steps, run_length
 
         data = load_data(cfg)
         check_dims(cfg, data)  # bad data fails here, before Ray starts
+        check_batch_fits(cfg, data)
         counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
                              cfg.schedule)  # and a schedule that cannot run (more caption
         # batches than text batches, officially)

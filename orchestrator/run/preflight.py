@@ -243,7 +243,7 @@ def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
                   lines: list[str], warnings: list[str], senteval: set[str], runs: dict) -> None:
     from trainables.arrays.members import array_key
-    from trainables.data.batches import check_dims, load_data, threshold_sample
+    from trainables.data.batches import check_batch_fits, check_dims, load_data, threshold_sample
     from trainables.data.schedule import count_steps, run_length
     from trainables.evaluation.sts import check_senteval
     from trainables.evaluation.transfer import check_transfer_files
@@ -264,6 +264,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                                 "page would go unnoticed; re-convert it (python -m "
                                 "trainables.convert) to add them")
     data = opened[dkey]
+    check_batch_fits(cfg, data)  # per member: batch_size is not in the keys checked once
     if str(data.senteval_dir) not in senteval:  # marked done once passed, so that a refusal
         lines.append(check_senteval(data.senteval_dir))  # names every cell it hits
         senteval.add(str(data.senteval_dir))

@@ -152,8 +152,9 @@ def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:
 def check_batch_fits(cfg: RunConfig, data: TrainingData) -> None:
     """A batch larger than the data it is drawn from would hold the whole source instead (the
     batch stream cannot draw more rows than there are): fewer in-batch negatives than
-    ``batch_size`` says, so a different contrastive task. Refused, naming the source and its
-    size."""
+    ``batch_size`` says, so a different contrastive task. Refused before anything starts
+    (``orchestrator.run.preflight``, ``trainables.train``), naming the source and its size;
+    not in :func:`check_dims`, which the trainer also calls on stand-in data (bench/)."""
     sources = []
     if data.text is not None:
         sources.append((data.n_text, "sentences of", "the generated demo corpus" if cfg.data.demo
@@ -174,7 +175,6 @@ def check_dims(cfg: RunConfig, data: TrainingData) -> None:
     the method refuses itself (``Method.check_data``: a missing or mismatched ``clip_text``, an
     image feature DALR's CMA cannot compare), a feature its ``Needs`` declare but the store lacks,
     or a false-negative filter that would mask (nearly) every negative."""
-    check_batch_fits(cfg, data)
     s = cfg.objective
     method = method_of(s)
     if data.pairs is None:
