@@ -153,6 +153,9 @@ def _run(args: argparse.Namespace) -> int:
               f"rounds of {sa.round_size}, then {sa.finalists} finalists x {len(sa.finalist_seeds)} "
               f"seeds, then the winner and the baseline on seeds {list(sa.confirm_seeds)}; study "
               f"{storage_url}")
+        if sa.halving:  # the run says it again if it happens; the plan should not promise more
+            print(f"(finalists: the best {sa.finalists} configurations that complete their round; "
+                  "one pruned by successive halving is not eligible, so there may be fewer)")
         print("\n".join(f"checked: {line}" for line in data.checked))
         print("dry run: everything checked, nothing started")
         return 0

@@ -101,6 +101,9 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
             _log_summary(tracker, parent_id, transfer, spec, metric="transfer/avg", name="tr_avg")
     except Exception as e:  # an unwritable artifact store must not hide the finished table
         return analysis, md, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    # Stored now: an earlier failure to store it (a read-only artifact folder, since fixed) no
+    # longer holds, and the parent must not go on saying it does.
+    tracker.clear_tag(parent_id, "mmemb.report_error")
     return analysis, md, None
 
 

@@ -143,14 +143,15 @@ class Session:
                   flush=True)
 
     def _start(self, reopen: str | None, heartbeat: bool) -> None:
-        import json
+        if not self.tracker.all_finished(reopen, [m.key for m in self.campaign.members]):
+            self._start_ray()  # a --resume with nothing left to train starts no Ray
+        self._open_parent(reopen, heartbeat)
 
+    def _start_ray(self) -> None:
         import ray
 
-        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
-        from orchestrator.tracking.journal import Journal
         from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
@@ -176,6 +177,14 @@ class Session:
             self.resources.check_fits(cluster_nodes(), "the local Ray", who)
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
+
+    def _open_parent(self, reopen: str | None, heartbeat: bool) -> None:
+        import json
+
+        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
+        from orchestrator.tracking.journal import Journal
+
+        c = self.campaign
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
         if reopen is not None and self.code_change:  # the first version stays the parent's
             tags["mmemb.code_resumed"] = self.code_change
@@ -265,6 +274,8 @@ class Session:
         todo = [m for m in members if m.key not in done]
         if not todo:
             return Outcome({}, {}, {})
+        if not hasattr(self, "slots"):  # _start found nothing left to train
+            self._start_ray()
         arrays = self._arrays(members, done, halving)
         mirror = MlflowMirror(arrays, self.journal, self.parent,
                               self.tracker.unfinished_runs(self.parent))
@@ -318,6 +329,7 @@ class Session:
         raised as its one line (``failures.py``)."""
         from ray import tune
 
+        from orchestrator.run.interrupts import keep_sigint
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
         from orchestrator.spec.grids import path_part
@@ -340,6 +352,7 @@ class Session:
                 failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )
+        restore_sigint = keep_sigint()  # Tune's handler would swallow a later Ctrl-C
         try:
             tuner.fit()
         except Exception as e:
@@ -353,6 +366,8 @@ class Session:
                                   "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
                                   f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
+        finally:
+            restore_sigint()
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
@@ -385,6 +400,15 @@ class Session:
                          *([] if "--resume" in argv else ["--resume"])])
 
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
+        """:meth:`_finish`, with Ctrl-C or SIGTERM meanwhile held until the report is written
+        (then exit 130)."""
+        from orchestrator.run.interrupts import Deferred
+
+        with Deferred("the report") as held:
+            rc = self._finish(spec, extra_md, lead_md)
+        return held.exit_code(rc)
+
+    def _finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
         """Write the report (or say why not), end the parent, print where everything is.
         ``lead_md``: the report's first line (a search's verdict)."""
         from orchestrator.results.table_report import build_report, report_dir

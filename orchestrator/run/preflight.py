@@ -243,7 +243,7 @@ def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
                   lines: list[str], warnings: list[str], senteval: set[str], runs: dict) -> None:
     from trainables.arrays.members import array_key
-    from trainables.data.batches import check_dims, load_data, threshold_sample
+    from trainables.data.batches import check_batch_fits, check_dims, load_data, threshold_sample
     from trainables.data.schedule import count_steps, run_length
     from trainables.evaluation.sts import check_senteval
     from trainables.evaluation.transfer import check_transfer_files
@@ -264,6 +264,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                                 "page would go unnoticed; re-convert it (python -m "
                                 "trainables.convert) to add them")
     data = opened[dkey]
+    check_batch_fits(cfg, data)  # per member: batch_size is not in the keys checked once
     if str(data.senteval_dir) not in senteval:  # marked done once passed, so that a refusal
         lines.append(check_senteval(data.senteval_dir))  # names every cell it hits
         senteval.add(str(data.senteval_dir))
@@ -331,6 +332,34 @@ def try_method_once(cfg, data, lines: list[str]) -> None:
         lines.append(line)
 
 
+def run_notes(members: Sequence[RunPlan], steps: dict[str, int], opts: Options) -> list[str]:
+    """What the runs will do that their settings do not say, and the user must know (the run
+    goes on): a dev evaluation interval longer than the run (the only evaluation is the last
+    step's, so the "best" checkpoint is the last one), ``use_gpu`` where no GPU will be given."""
+    notes = []
+    late: dict[tuple[int, int], list[str]] = {}
+    for m in members:
+        n = steps.get(m.key)
+        if n is not None and m.run.eval_every > n and m.cell not in late.get((n, m.run.eval_every), []):
+            late.setdefault((n, m.run.eval_every), []).append(m.cell)
+    for (n, every), cells in late.items():
+        notes.append(f"cell(s) {cells}: eval_every={every} but each run is {n} steps, so no STS-B "
+                     "dev evaluation falls inside the run: the only one is at its last step, which "
+                     f"is then its best checkpoint; set eval_every={max(1, n // 2)} or lower to "
+                     "choose among checkpoints")
+    wants = list(dict.fromkeys(m.cell for m in members if m.run.use_gpu))
+    if wants:
+        gpus = opts.gpus_per_trial
+        if gpus is None and not opts.address:  # the embedded Ray gives what this machine has
+            gpus = 1.0 if local_resources()["GPU"] > 0 else 0.0
+        if gpus == 0:
+            why = ("--gpus-per-trial 0 gives their workers none" if opts.gpus_per_trial == 0
+                   else "this machine has no GPU")
+            notes.append(f"cell(s) {wants}: use_gpu=true, but {why}, so they train on the CPU; "
+                         "to use a GPU, run them where one is (--address of a GPU cluster)")
+    return notes
+
+
 def check_campaign(members: Sequence[RunPlan], opts: Options,
                    checked: Sequence[str] = (), dry_run: bool = False,
                    baseline: str | None = None) -> DataCheck:
@@ -363,5 +392,7 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     data = check_data(members, baseline)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
+    for note in run_notes(members, data.total_steps, opts):
+        print(f"note: {note}", file=sys.stderr, flush=True)
     return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings,
                      not_here, data.runs)
