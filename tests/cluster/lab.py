@@ -195,12 +195,15 @@ class Lab:
         self.close()
 
     def machine(self, name: str, ip: str, *, shared: Path | None = None,
-                hide: dict[str, Sequence[str]] | None = None) -> Machine:
+                hide: dict[str, Sequence[str]] | None = None,
+                keep: Sequence[Path] = ()) -> Machine:
         """A new machine named `name` (its hostname too) at `ip` on the lab's network.
 
         `shared` is mounted at /mnt/shared (the lab's NFS, so to speak). `hide` maps a folder to
         names in it that this machine must not have (say, packages in site-packages): they are
-        whited out in a copy-on-write view of the folder, as if never installed.
+        whited out in a copy-on-write view of the folder, as if never installed. `keep`: host
+        folders under /tmp that stay visible at their own path on this machine, whose /tmp is
+        otherwise its own (a checkout made with `git clone . $(mktemp -d)`).
         """
         scratch = self.scratch / name
         (scratch / "tmp").mkdir(parents=True)
@@ -222,9 +225,14 @@ class Lab:
                 home_upper = upper
         if shared is not None:
             steps += [["mkdir", "-p", "/mnt/shared"], ["mount", "--bind", str(shared), "/mnt/shared"]]
+        for folder in keep:  # mounted inside the machine's /tmp before that is put in place
+            inside = scratch / "tmp" / Path(folder).resolve().relative_to("/tmp")
+            inside.mkdir(parents=True)
+            steps.append(["mount", "--bind", str(folder), str(inside)])
         steps += [["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run"],
                   ["mkdir", "-m", "755", "/run/sshd"],
-                  ["mount", "--bind", str(scratch / "tmp"), "/tmp"]]  # last: scratch may be in /tmp
+                  # last, as scratch may be in /tmp; recursive, to carry the kept folders along
+                  ["mount", "--rbind", str(scratch / "tmp"), "/tmp"]]
         cmd = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--mount", "--uts",
                "--propagation", "private", "--kill-child",
                sys.executable, "-c", _INIT, json.dumps(steps)]

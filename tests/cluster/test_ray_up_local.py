@@ -256,7 +256,10 @@ def test_ray_up_table_ray_down(lab):
         common = subprocess.run(["git", "rev-parse", "--git-common-dir"], cwd=ROOT, text=True,
                                 capture_output=True, check=True).stdout.strip()
         views[str((ROOT / common).resolve())] = []
-    laptop = lab.machine("laptop", LAPTOP_IP)
+    # A checkout under /tmp (a fresh `git clone . "$(mktemp -d)"`) stays visible on the laptop,
+    # whose /tmp is otherwise its own.
+    under_tmp = [ROOT] if ROOT.resolve().is_relative_to("/tmp") else []
+    laptop = lab.machine("laptop", LAPTOP_IP, keep=under_tmp)
     head = lab.machine("head", HEAD_IP, shared=shared, hide=views)
     worker = lab.machine("worker", WORKER_IP, shared=shared, hide=views)
     laptop.run(["sh", "-c", "mkdir -p -m 700 ~/.ssh && rm -f ~/.ssh/id_ed25519 ~/.ssh/id_ed25519.pub"
