@@ -386,6 +386,11 @@ def try_method_once(cfg, data, lines: list[str]) -> None:
         lines.append(line)
 
 
+_VERDICTS: dict[tuple, Any] = {}
+"""what ``try_batched_once`` found, by method and sizes: a search's rounds check their new
+members with ``check_data`` again, and the verdict is measured once"""
+
+
 def try_batched_once(cfg, data, differing: set[str]):
     """The method's heads and loss under the array's vmap, at the run's sizes
     (``trainables.arrays.method_check.try_batched``): batched, or one by one and why."""
@@ -394,8 +399,12 @@ def try_batched_once(cfg, data, differing: set[str]):
     hidden = _hidden(cfg.encoder, cfg.data.cache_dir)
     teachers = [_hidden(t, cfg.data.cache_dir, teacher=True) for t in cfg.text_teachers] \
         if cfg.needs.text_teachers else []
-    return try_batched(cfg, hidden, data.image_dim if data.pairs is not None else None,
-                       data.clip_text_dim, teachers, differing)
+    image = data.image_dim if data.pairs is not None else None
+    key = (cfg.objective.method, hidden, cfg.proj_dim, image, data.clip_text_dim, tuple(teachers),
+           tuple(sorted(differing)))
+    if key not in _VERDICTS:
+        _VERDICTS[key] = try_batched(cfg, hidden, image, data.clip_text_dim, teachers, differing)
+    return _VERDICTS[key]
 
 
 def check_campaign(members: Sequence[RunPlan], opts: Options,
