@@ -130,3 +130,14 @@ def test_the_frozen_plugin_s_grid_dry_runs(tmp_path, tiny_bert, capsys):
     assert "methods: mcse, olddocs (olddocs from " in out and "dry run: everything checked" in out
     assert "checked: method olddocs: batched" in out
     assert not (tmp_path / "mlflow.db").exists()  # a dry run creates no store
+
+
+def test_a_user_who_silenced_deprecations_sees_nothing():
+    code = ("from trainables.objectives.methods import load_methods\n"
+            f"load_methods([{str(FROZEN / 'olddocs_method.py')!r}])\n")
+    p = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                            "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "trainables.checks" not in p.stderr

@@ -9,9 +9,10 @@ small module that re-exports the new one and calls :func:`moved` at import: a
 Python's default filters show a ``DeprecationWarning`` only when it is raised from ``__main__``;
 one raised from a plug-in file that mmemb loads (a ``--methods`` file, a grid that imports its
 method) would be hidden, and the user would learn of the move only when the old name is gone.
-So when the filters in force would drop the warning, :func:`moved` prints it itself, as one line
-on stderr; when they let it through (``-W default``, a test's ``pytest.warns``) it is raised
-as any warning is. A module is imported once per process, so the line comes once.
+So when Python's default filters would drop the warning, :func:`moved` prints it itself, as one
+line on stderr; when the filters let it through (``-W default``, a test's ``pytest.warns``) it is
+raised as any warning is, and a user who silenced it (``-W ignore::DeprecationWarning``,
+``PYTHONWARNINGS``) sees nothing. A module is imported once per process, so the line comes once.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def moved(old: str, new: str, example: str, stacklevel: int = 3) -> None:
                f"({example})")
     with warnings.catch_warnings(record=True) as seen:
         warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
-    if not seen:  # the filters drop it (Python's defaults, outside __main__): say it anyway
+    if not seen and sys.warnoptions:  # the user's own -W / PYTHONWARNINGS dropped it
+        return
+    if not seen:  # Python's default filters drop it (outside __main__): say it anyway
         frame = sys._getframe(0)
         for _ in range(stacklevel - 1):  # as warnings.warn counts: importlib's frames skipped
             up = frame.f_back
