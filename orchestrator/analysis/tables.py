@@ -238,10 +238,14 @@ def analyze(
 # ---------------------------------------------------------------------------------------- render
 
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the reports print it: three decimals, or two digits below 0.001."""
     if math.isnan(p):
         return "n/a"
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+
+
+_p = p_text
 
 
 def _num(x: float | None, d: int, sign: bool = False) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis.stats import compare
+from orchestrator.analysis.tables import p_text
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,9 @@ def against_baseline(scores: Mapping[str, Mapping[int, Mapping[str, float]]], be
     paired = c.n_paired >= 2 and math.isfinite(c.paired_p)
     p = c.paired_p if paired else c.t_student_p
     significant = math.isfinite(p) and p < c.alpha
-    tests = (f"paired t-test over the {c.n_paired} matched seeds p {c.paired_p:.3f}; unpaired "
-             f"Student p {c.t_student_p:.3f}" if paired else f"Student p {c.t_student_p:.3f}")
+    tests = (f"paired t-test over the {c.n_paired} matched seeds p {p_text(c.paired_p)}; unpaired "
+             f"Student p {p_text(c.t_student_p)}" if paired else
+             f"Student p {p_text(c.t_student_p)}")
     figures = (f"{c.mean_variant:.1f} ± {c.std_variant:.1f} against {baseline}'s "
                f"{c.mean_baseline:.1f} ± {c.std_baseline:.1f} on STS Avg over fresh seeds "
                f"{', '.join(map(str, seeds))} (Δ {c.diff:+.2f}, {tests})")

@@ -47,8 +47,8 @@ def test_matched_seeds_give_the_paired_verdict_with_the_unpaired_beside_it():
     line = against_baseline(_scores(STEADY, BASE), "best of s", "MCSE", SEEDS)
     assert line.startswith("**Against MCSE:** the winner is WORSE than the baseline, "
                            "significantly:"), line
-    assert (f"paired t-test over the 5 matched seeds p {c.paired_p:.3f}; unpaired Student p "
-            f"{c.t_student_p:.3f}") in line
+    assert (f"paired t-test over the 5 matched seeds p {c.paired_p:.1e}; unpaired Student p "
+            f"{c.t_student_p:.3f}") in line  # 3.0e-06 and 0.104
 
 
 def test_without_a_paired_test_the_student_test_decides():
