@@ -94,6 +94,12 @@ class Session:
         """runs a search will train after the next ``run`` (its live view's ETA counts them)"""
         self.live_prior: Any = None
         """what this session's earlier ``run``s did (``orchestrator.run.live.Prior``)"""
+        from orchestrator.tracking.events import ONE_BY_ONE, Console
+
+        self.console = Console()
+        """the members' events: one console line at most per kind for the whole campaign"""
+        for method in self.one_by_one:  # said by the pre-start checks' warning already
+            self.console.event(f"{ONE_BY_ONE}:{method}", "", say=False)
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
             res, who = array_resources(opts, campaign.members)
             res.check_fits(local_resources(), "this machine", who)
@@ -118,6 +124,11 @@ class Session:
         except BaseException as e:
             self.close(e)
             raise
+
+    @property
+    def one_by_one(self) -> dict[str, str]:
+        """method -> why its members train one by one (the pre-start check's verdicts)."""
+        return dict(self.campaign.spec.get("one_by_one") or {})
 
     def _find_parent(self, quiet: bool = False) -> str | None:
         """The parent this session continues (``resume.find_parent``), or None: a new one."""
@@ -186,6 +197,10 @@ class Session:
 
         c = self.campaign
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        if self.one_by_one:  # methods whose members train one by one (preflight's warning)
+            tags["mmemb.batched"] = "false"
+            tags["mmemb.batched_reason"] = "; ".join(
+                f"{m}: {why}" for m, why in self.one_by_one.items())[:5000]
         if reopen is not None and self.code_change:  # the first version stays the parent's
             tags["mmemb.code_resumed"] = self.code_change
         if self.extended:  # the subset's parent becomes this plan's: its runs are reused
@@ -278,11 +293,12 @@ class Session:
             self._start_ray()
         arrays = self._arrays(members, done, halving)
         mirror = MlflowMirror(arrays, self.journal, self.parent,
-                              self.tracker.unfinished_runs(self.parent))
+                              self.tracker.unfinished_runs(self.parent), self.one_by_one)
         self._mirrors.append(mirror)
         if self.live_prior is None:
             self.live_prior = Prior(time.monotonic())
-        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
+        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior,
+                        console=self.console)
         try:
             self._tune(arrays, experiment, [mirror, view])
         finally:

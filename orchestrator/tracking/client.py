@@ -613,6 +613,8 @@ class Tracker:
             f"{TAG}seed": str(trial["seed"]), f"{TAG}config_hash": trial["config_hash"],
             **git_state(),
         }
+        if trial.get("cell_label"):  # what the runs view groups by (views.py)
+            tags[f"{TAG}cell_label"] = trial["cell_label"]
         if trial.get("array"):  # the array it trained in (one Ray Train run)
             tags[f"{TAG}array"] = trial["array"]
         if trial.get("group"):
@@ -623,6 +625,16 @@ class Tracker:
             tags[f"{TAG}backend_note"] = trial["backend_note"][:5000]
         if trial.get("objective"):  # the method's effective settings, as the loss used them
             tags[f"{TAG}objective"] = json.dumps(trial["objective"], sort_keys=True)[:7900]
+        if "batched_reason" in trial:  # its method's heads and loss: one vmapped computation?
+            why = trial.get("batched_reason")
+            tags[f"{TAG}batched"] = "false" if why else "true"
+            if why:
+                tags[f"{TAG}batched_reason"] = why[:5000]
+                tags[f"{TAG}event.one_by_one"] = f"method {trial['run']['objective']['method']}: {why}"[:5000]
+        if trial.get("unread"):  # settings of its config its method does not read: no params
+            tags[f"{TAG}unread"] = ", ".join(trial["unread"])[:5000]
+        if trial.get("ignored"):  # ... of which someone set: an event
+            tags[f"{TAG}event.ignored"] = trial["ignored"][:5000]
         run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags=tags)
         params = [Param(k, str(v)[:6000]) for k, v in flat_params(trial["run"]).items()]
         for i in range(0, len(params), 100):
@@ -637,8 +649,16 @@ class Tracker:
 
         step = int(result.get("step", 0))
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
-                   if _is_metric(k, v)]
+        # 'loss/<term>@<step>': the term's mean over the steps up to that one (the array's
+        # finer history); where a report has them, its mean since the last report is left out
+        at = {k: (k.split("@")[0], int(k.split("@")[1])) for k in result if "@" in k
+              and k.split("@")[1].isdigit()}
+        finer = {name for name, _ in at.values()}
+        metrics = [Metric(at[k][0], float(v), now, at[k][1]) if k in at else
+                   Metric(k, float(v), now, step) for k, v in result.items()
+                   if _is_metric(at[k][0] if k in at else k, v) and k not in finer]
+        # The dev score first: MLflow's compare page plots the first metric a run logged
+        metrics.sort(key=lambda m: m.key not in ("stsb_dev", "best_stsb_dev"))
         if metrics:
             self.client.log_batch(run_id, metrics=metrics)
         if result.get("checkpoint_path"):
