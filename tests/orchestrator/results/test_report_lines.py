@@ -143,6 +143,9 @@ def test_the_table_report_summarises_with_the_paired_test_unless_seeds_are_offse
         def log_artifact_file(self, *a):
             pass
 
+        def clear_tag(self, *a):
+            pass
+
         client = type("C", (), {"log_batch": lambda *a, **k: None})()
 
     spec = {"cells": ["base", "steady"], "baseline": "base", "seeds": list(SEEDS),
