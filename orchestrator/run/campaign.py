@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.failures import DiskFull, MemoryShort, closing_advice, memory_short
+from orchestrator.run.failures import DiskFull, MemoryShort, memory_short
 from orchestrator.run.options import Options
 from orchestrator.run.resources import (
     TRIAL_DRIVER_RESOURCES,
@@ -425,73 +425,11 @@ class Session:
         return held.exit_code(rc)
 
     def _finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
-        """Write the report (or say why not), end the parent, print where everything is.
-        ``lead_md``: the report's first line (a search's verdict)."""
-        from orchestrator.results.table_report import build_report, report_dir
-        from orchestrator.results.views import print_links, share
+        """Write the report (or say why not), end the parent, print where everything is
+        (``orchestrator.run.ending``). ``lead_md``: the report's first line (a search's verdict)."""
+        from orchestrator.run.ending import write_report
 
-        full = self.disk_full()
-        if full is not None:
-            self._end_all("FAILED", "the disk filled up; --resume continues the table")
-            print(f"error: {full}", file=sys.stderr)
-            return 3 if self.journal.kept else 1
-        if self.journal.offline:
-            self._end_all("FAILED", f"MLflow stopped answering; results kept in "
-                                    f"{self.journal.path}, uploaded by orchestrator.sync")
-            print(f"\nMLflow stopped answering during the run; {self.journal.kept} results are "
-                  f"kept in {self.journal.path}.\nWhen it is back, upload them with:\n  "
-                  f"{self.journal.upload_command()}\nthen render the report with:\n  python -m "
-                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
-                  file=sys.stderr)
-            return 3
-        outdir = report_dir(self.tracker, self.campaign.name, self.parent)
-        try:
-            analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec),
-                                                      outdir, extra_md=extra_md,
-                                                      lead_md=lead_md)
-        except Exception as e:  # the runs are in MLflow: never leave their parent RUNNING
-            why = f"{type(e).__name__}: {e}"
-            self.tracker.client.set_tag(self.parent, "mmemb.report_error", why[:500])
-            self.tracker.end(self.parent, "FAILED")
-            print(f"error: the runs finished but the report could not be built ({why}); the "
-                  f"parent run {self.parent} ends FAILED. Rebuild the report with: python -m "
-                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
-                  file=sys.stderr)
-            return 1
-        complete = all(s.complete for s in analysis.status.values())
-        print("\n" + md)
-        print(f"\nreport: {outdir}/report.md")
-        if self.journal.refused_files:  # the store answered but kept no files: not "offline"
-            print(f"error: MLflow's artifact folder refused files ({self.journal.refused_files[0][:200]}); "
-                  f"the scores are in MLflow, and {self.journal.kept} file upload(s) (the students' "
-                  f"models) wait in {self.journal.path}: make the folder writable, then run "
-                  f"{self.journal.upload_command()}", file=sys.stderr)
-        if upload_error:
-            self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
-            self.tracker.end(self.parent, "FAILED")
-            self._closed = True
-            print(f"error: the report could not be stored in MLflow ({upload_error}); it is in "
-                  f"{outdir}. Upload it again with: python -m orchestrator.report --run "
-                  f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
-            return 1
-        self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
-                         else "FAILED")
-        self._closed = True
-        from orchestrator.results.views import DEFAULT_BASE
-        from orchestrator.tracking.open_hint import open_hint, ui_base
-
-        print(open_hint(self.tracker.uri))
-        try:
-            print_links(share(self.tracker, self.parent, ui_base(self.tracker.uri, DEFAULT_BASE)))
-        except Exception as e:  # the links are a convenience; the table's result stands
-            print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
-        if self.journal.refused_files:
-            return 1
-        if not complete:
-            print(closing_advice([why for m in self._mirrors for why in m.failures.values()]),
-                  file=sys.stderr)
-            return 1
-        return 0
+        return write_report(self, spec, extra_md, lead_md)
 
     def interrupted(self) -> int:
         """Ctrl-C or SIGTERM: the parent and its unfinished children end KILLED (--resume
@@ -500,8 +438,6 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
-
-
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",
