@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from trainables.arrays import kernels
 from trainables.config.run_config import RunConfig
 
 ROWS, LENGTH = 4, 8
@@ -101,19 +101,6 @@ NO_KERNEL = frozenset((
     "_to_copy_if_same", "is_same_size", "_local_scalar_dense"))
 """operators that compute nothing (views, metadata, allocations): not counted as kernels, as
 ``bench/launch_count.py`` counts a step"""
-
-
-class _Kernels(TorchDispatchMode):
-    """Counts the operators that compute, forward and backward (each a kernel launch on a GPU)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket.__name__ not in NO_KERNEL:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 @dataclass(frozen=True)
@@ -195,7 +182,7 @@ def try_batched(cfg: RunConfig, hidden: int, image_dim: int | None, clip_text_di
         return x
 
     def group(g: int) -> int:
-        counter = _Kernels()
+        counter = kernels.KernelCount(NO_KERNEL)
         modules = [MethodHeads(heads).train() for _ in range(g)]
         for kind in kinds:
             x = batch(kind, g)
@@ -205,7 +192,7 @@ def try_batched(cfg: RunConfig, hidden: int, image_dim: int | None, clip_text_di
         return counter.count
 
     def alone() -> int:
-        counter = _Kernels()
+        counter = kernels.KernelCount(NO_KERNEL)
         module = MethodHeads(heads).train()
         for kind in kinds:
             x = {k: v[0] if isinstance(v, torch.Tensor) else v for k, v in batch(kind, 1).items()}

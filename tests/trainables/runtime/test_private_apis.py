@@ -27,6 +27,7 @@ PLACES = {
     "torch._foreach_mul_": KERNELS,
     "torch._foreach_copy_": KERNELS,
     "torch.ops.aten": KERNELS,  # the private operators' schemas (``OpOverload._schema``)
+    "torch.utils._python_dispatch": KERNELS,  # counting a method's operators
 }
 """every private API -> the one module that calls it"""
 TEST_ONLY = {"torch._dynamo": "tests/trainables/arrays/test_capture.py"}
