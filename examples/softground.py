@@ -25,20 +25,25 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainables.objectives.core import cosine_matrix, frozen_cosine, no_autocast
-from trainables.objectives.methods import (
+from trainables.objectives import (
+    NON_NEGATIVE,
+    POSITIVE,
     Head,
     HeadDims,
     Method,
     Needs,
+    Number,
     Settings,
     StudentOutputs,
     TeacherInputs,
+    cosine_matrix,
+    frozen_cosine,
     need,
+    no_autocast,
     register,
+    setting,
     text_infonce,
 )
-from trainables.runtime.checks import NON_NEGATIVE, POSITIVE, Number, setting
 
 
 def soft_targets(image: torch.Tensor, alpha: float, teacher_temperature: float) -> torch.Tensor:

@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     from orchestrator.run.preflight import check_campaign, check_demo_fit
     from orchestrator.spec.grids import check_seeds
-    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
+    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary, profile_tags
     from orchestrator.spec.registry import load_grid
     from trainables.config.profiles import profile_overrides, transfer_layer
 
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]
     spec = grid_spec(grid) | {"seeds": seeds, "cells": cells, "demo": bool(prof.get("data.demo")),
-                              "warnings": list(pre.warnings)}
+                              "warnings": list(pre.warnings), "one_by_one": pre.one_by_one}
     # the caption-image store each cell read, named in the report
     spec["stores"] = {m.cell: ("generated demo corpus" if m.run.data.demo else m.run.data.pairs)
                       for m in members}
@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     pid = plan_id("table", grid.name, members, profile_name)
     kind = "demo" if prof.get("data.demo") else profile_name
     campaign = Campaign("table", grid.name, f"{grid.name} ({kind})", pid, tuple(members), spec,
-                        {"mmemb.grid": grid.name, "mmemb.profile": opts.profile or "default"},
+                        {"mmemb.grid": grid.name, **profile_tags(opts.profile)},
                         plan_summary(members, profile_name, opts.profile))
     if args.dry_run:
         arrays, slots = dry_run_arrays(members, array_keys, grid.name, opts)

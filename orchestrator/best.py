@@ -45,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         cli.check_out(args.out)
         out = Path(args.out)
         check_out(out)
-    tracker = Tracker(args.tracking_uri, create=False)
+    tracker = Tracker(args.tracking_uri, create=False, write=False)
     tracker.parent_run(args.run)
     c = best_child(tracker, args.run, args.cell, args.metric)
     t = c.data.tags

@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.run.campaign import Campaign, Session
     from orchestrator.run.dry_run import describe, dry_run_arrays
     from orchestrator.run.preflight import check_campaign
-    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary
+    from orchestrator.spec.plan import plan_id, plan_runs, plan_summary, profile_tags
     from orchestrator.spec.registry import load_grid
     from trainables.config.profiles import profile_overrides
 
@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     campaign = Campaign("calibration", "calibration", f"calibration ({kind})", pid,
                         tuple(members), spec, {"mmemb.grid": "calibration",
-                                               "mmemb.profile": opts.profile or "default"},
+                                               **profile_tags(opts.profile)},
                         plan_summary(members, profile_name, opts.profile, runs=args.runs,
                                      control_runs=args.control_runs, first_seed=args.first_seed))
     with Session(campaign, opts, array_keys) as s:

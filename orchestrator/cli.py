@@ -97,22 +97,31 @@ def guarded(run: Callable[[], int]) -> int:
     from trainables.runtime import created
 
     created.keep()  # what an earlier command of this process built is not this one's
+    from orchestrator.run.driver import name_store_users
+    from orchestrator.tracking.client import StoreInUse, busy_line
+
     try:
         rc = run()
+    except StoreInUse as e:  # a colleague's table among the holders: named by its driver lock
+        created.discard()
+        print(f"error: {name_store_users(e)}", file=sys.stderr)
+        return 2
     except BAD_INPUT as e:
         created.discard()
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         created.discard()
-        print("\ninterrupted; run the same command with --resume to continue", file=sys.stderr)
+        print(f"\n{interrupted_line(e)}", file=sys.stderr)
         return 130
     except Exception as e:
-        if not type(e).__module__.startswith("mlflow"):
+        busy = busy_line(e)  # a sqlite store another process keeps locked: not MLflow's fault
+        if busy is None and not type(e).__module__.startswith("mlflow"):
             created.keep()
             raise  # a bug: its traceback is what a developer needs
         created.discard()
-        print(f"error: MLflow: {one_line(e)}", file=sys.stderr)
+        print(f"error: {name_store_users(busy) if busy else f'MLflow: {one_line(e)}'}",
+              file=sys.stderr)
         return 2
     if rc == 2:  # refused without raising (a dry run whose plan does not fit this machine)
         created.discard()
@@ -120,3 +129,15 @@ def guarded(run: Callable[[], int]) -> int:
     return rc
 
 
+def interrupted_line(e: KeyboardInterrupt) -> str:
+    """What an interrupt that reached the command's top left behind: ``--resume`` only when a
+    parent run was started (its unfinished runs ended KILLED and wait for it); before that,
+    nothing was written, so there is nothing to resume. ``e``'s own words (an interrupted
+    import names its file and line) come first."""
+    from orchestrator.tracking.client import STARTED
+
+    said = str(e)
+    if STARTED:
+        return f"{said or 'interrupted'}; run the same command with --resume to continue"
+    return (f"{said or 'interrupted before anything started'}: nothing was started or written, "
+            "so there is nothing to --resume; run the command again")

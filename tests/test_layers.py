@@ -26,6 +26,8 @@ TRAINABLES = ("runtime", "evaluation", "objectives", "models", "config", "data",
 """trainables' packages, lowest first: each may import those before it and itself"""
 MAX_TOP_LEVEL = 6
 """trainables' top-level modules (``__init__`` included): the commands and the test helpers"""
+FORWARDS = ("checks.py",)
+"""forwarding names of moved modules (``trainables.runtime.moved``), kept one release: not counted"""
 HEAVY = ("torch", "ray", "mlflow", "optuna")
 
 
@@ -97,7 +99,7 @@ def test_trainables_rule_itself():
 
 def test_trainables_is_packages_under_a_few_modules():
     root = ROOT / "trainables"
-    top = sorted(p.name for p in root.glob("*.py"))
+    top = sorted(p.name for p in root.glob("*.py") if p.name not in FORWARDS)
     packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
     assert len(top) <= MAX_TOP_LEVEL, f"trainables/ has {len(top)} top-level modules: {top}"
     assert set(packages) == set(TRAINABLES), (

@@ -236,6 +236,24 @@ def own_method(h: Home) -> None:
     assert len(soft) == 4 and all("loss/grounding" in k.data.metrics for k in soft)
 
 
+OWN_SEARCH = "python -m orchestrator.search --space examples/softground_search.py --num-samples 8"
+
+
+def own_search(h: Home) -> None:
+    """The search over the plug-in's own settings (docs/searching.md, "Writing a search space")."""
+    _examples(h)
+    out = h.sh(OWN_SEARCH, "--num-samples", "2", "--round-size", "2", "--search-seeds", "0",
+               "--finalists", "2", "--finalist-seeds", "10", "--confirm-seeds", "7", "8")
+    assert "**Against MCSE:** the winner is " in out, out[-4000:]
+    assert "paired t-test over the 2 matched seeds" in out, out[-4000:]
+    assert _rows(out) == {"MCSE (baseline)", "best of softground_search"}, out[-4000:]
+    parent = re.search(r"MLflow parent ([0-9a-f]{32})", out).group(1)
+    kids = h.tracker().children(parent)
+    swept = [k for k in kids if k.data.params.get("objective.method") == "softground"]
+    assert swept and all({"objective.alpha", "objective.teacher_temperature"} <= set(k.data.params)
+                         for k in swept)
+
+
 def report(h: Home) -> None:
     out = h.sh("python -m orchestrator.report --run PARENT_RUN_ID")
     assert _rows(out) == TABLE3 and "report files:" in out
@@ -465,6 +483,9 @@ COMMANDS: dict[str, Journey] = {
                 "confirmed on seeds 7 8", search, slow=True),
     f"{OWN} --dry-run --explain": Journey(f"{PRINTED} (demo), examples/ copied into the folder", own_method_dry_run, slow=True),
     OWN: Journey(f"{TINY_SEEDS}, examples/ copied into the folder", own_method, slow=True),
+    OWN_SEARCH: Journey(f"{TINY}; 2 samples in rounds of 2 on seed 0, 2 finalists on seed 10, "
+                        "confirmed on seeds 7 8; examples/ copied into the folder", own_search,
+                        slow=True),
     "python -m orchestrator.calibrate": Journey(f"{TINY}; 4 MCSE + 2 SimCSE runs, groups of 2, 100 draws", calibrate, slow=True),
     "python -m trainables.fetch paper": Journey(
         "a stand-in hub on 127.0.0.1 ($HF_ENDPOINT) serving small files under the real "

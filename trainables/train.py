@@ -246,13 +246,21 @@ def main(argv: list[str] | None = None) -> int:
             writable_folder(args.storage, "--storage")
         if not args.address:
             _check_fits(cfg)
-        from trainables.data.batches import check_dims, load_data
-        from trainables.data.schedule import count_steps
+        from trainables.data.batches import check_batch_fits, check_dims, load_data
+        from trainables.data.schedule import count_steps, run_length
 
         data = load_data(cfg)
         check_dims(cfg, data)  # bad data fails here, before Ray starts
-        count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs, cfg.schedule)  # and a
-        # schedule that cannot run (more caption batches than text batches, officially)
+        check_batch_fits(cfg, data)
+        counts = count_steps(data.n_text, data.n_pair, cfg.batch_size, cfg.epochs,
+                             cfg.schedule)  # and a schedule that cannot run (more caption
+        # batches than text batches, officially)
+        steps, _ = run_length(counts, cfg.max_steps)
+        if cfg.eval_every > steps:
+            print(f"note: eval_every={cfg.eval_every} but the run is {steps} steps, so no STS-B "
+                  "dev evaluation falls inside it: the only one is at its last step, which is "
+                  f"then its best checkpoint; set eval_every={max(1, steps // 2)} or lower to "
+                  "choose among checkpoints", file=sys.stderr)
     except (ValueError, OSError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
@@ -260,9 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     init_ray(args.address)
     storage = storage_uri(args.storage)
     key = f"run/seed-{cfg.seed}"
+    from trainables.runtime.ray_env import cluster_has_gpu
+
+    gpus = 1.0
+    if cfg.use_gpu and not cluster_has_gpu():  # Ray would wait for a GPU that never comes
+        print("note: use_gpu=true, but Ray sees no GPU here, so the run trains on the CPU; to "
+              "use a GPU, run it where one is (--address of a GPU cluster)", file=sys.stderr)
+        gpus = 0.0
     try:
         result = run_torch_trainer([(key, cfg)], f"run-{cfg.config_hash()}", storage,
-                                   max_failures=args.max_failures)
+                                   max_failures=args.max_failures, gpus=gpus)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -238,10 +238,14 @@ def analyze(
 # ---------------------------------------------------------------------------------------- render
 
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the reports print it: three decimals, or two digits below 0.001."""
     if math.isnan(p):
         return "n/a"
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+
+
+_p = p_text
 
 
 def _num(x: float | None, d: int, sign: bool = False) -> str:
@@ -265,7 +269,8 @@ def _footnote(a: TableAnalysis) -> str:
         f"cell; entries are mean ± sample std (ddof=1). * = two-sided independent two-sample "
         f"Student t-test (equal variances) vs {a.baseline}, p < {a.alpha}, unadjusted, as in the "
         f"papers. Holm = Holm step-down adjustment of the {a.holm_on} p-values over the family of "
-        f"{a.family_size} comparisons (non-baseline complete cells × {len(a.columns)} columns). "
+        f"{a.family_size} comparisons (non-baseline complete cells × {len(a.columns)} columns)"
+        f"{' (the cells share their seeds, so the summary lines use the paired test)' if a.holm_on == 'paired' else ''}. "
         f"Paired = paired t-test over matched seeds; g = Hedges' g (exact small-sample correction "
         f"J); 95% CI = Welch-Satterthwaite interval of ours − baseline."
     )
@@ -371,8 +376,16 @@ def _holm_sentence(a: TableAnalysis) -> str:
     else:
         head += "none."
     raw = sum(1 for e in tested if getattr(e.comparison, attr) < a.alpha)
-    return (head + f" Unadjusted, {raw} of {len(tested)} have p < {a.alpha}; were no effect real, "
-            f"about {a.alpha * len(tested):.1f} would by chance.")
+    out = (head + f" Unadjusted, {raw} of {len(tested)} have p < {a.alpha}; were no effect real, "
+           f"about {a.alpha * len(tested):.1f} would by chance.")
+    if a.holm_on != "student":  # the papers' unpaired test beside the one the summary uses
+        unpaired = [e for e in _tested(a) if not math.isnan(e.comparison.t_student_p)]
+        adj = holm([e.comparison.t_student_p for e in unpaired])
+        kept = [f"{e.cell} on {label(e.metric)} (Holm p {_p(q)})"
+                for e, q in zip(unpaired, adj, strict=True) if q < a.alpha]
+        out += (f" With the papers' unpaired Student test instead: "
+                f"{'; '.join(kept) if kept else 'none'}.")
+    return out
 
 
 def _detectable_lines(a: TableAnalysis) -> list[str]:

@@ -11,9 +11,13 @@ a user would after ``mlflow ui``:
     of the seven test scores and their average, a row for every child with its cell and the
     numbers MLflow holds for it;
 (b) a child run's page: its test scores, test/avg among them;
-(c) the compare view of the children: a row per test score with one number per compared run.
+(c) the compare view of the children: a row per test score with one number per compared run;
+(d) the same saved view in chart mode: a group row per cell with its own label (the labels tell
+    the cells apart), the cells' differing settings as columns of (a), and the charts it opens
+    on, the settings against test/avg in parallel coordinates and test/avg per run.
 
-It prints what it saw as JSON, saves a screenshot of (a) and exits 1 when something is missing.
+It prints what it saw as JSON, saves a screenshot of (a) and of (d) (``<out>-charts.png``) and
+exits 1 when something is missing.
 Each page is polled until what it should show is there (bounded by ``--timeout``); no fixed waits.
 The UI opens its assistant side panel by itself on a browser's first visit from localhost (once:
 closing it is remembered); the check's fresh browser profile records that visit as done, as a
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.results import views
-from orchestrator.results.views import CELL_TAG, SEED_TAG, TEST_METRICS, column
+from orchestrator.results.views import AVG, CELL_TAG, SEED_TAG, TEST_METRICS, column
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -251,9 +255,10 @@ def _same(shown: float | None, stored: float, rel: float) -> bool:
 
 
 def check_runs_view(browser: Chromium, url: str, children: Sequence[dict],
-                    timeout: float) -> dict:
-    """(a) headers, and each child's row with its cell, seed and stored test scores. The UI
-    loads runs 100 at a time, in the view's order (by run name): only those rows are expected."""
+                    timeout: float, wanted_settings: Sequence[str] = ()) -> dict:
+    """(a) headers, and each child's row with its cell, seed and stored test scores; a group
+    row per cell with its label; a column per setting of ``wanted_settings``. The UI loads runs
+    100 at a time, in the view's order (by run name): only those rows are expected."""
     children = sorted(children, key=lambda c: c["name"])[:RUNS_PAGE]
 
     def row_of(rows: Mapping[str, Any], run_id: str) -> Mapping[str, str] | None:
@@ -286,7 +291,48 @@ def check_runs_view(browser: Chromium, url: str, children: Sequence[dict],
         problems += [f"runs view: {c['name']} {m} shows {shown[m]!r}, stored {v}"
                      for m, v in c["metrics"].items() if not _same(_number(shown[m]), v, 1e-6)]
     cells = sorted({r["cell"] for r in rows.values() if r["cell"]})
-    return {"url": url, "headers": headers, "cells": cells, "rows": rows, "problems": problems}
+    labels = {k.split(".", 3)[-1]: v for k, v in seen["rows"].items()
+              if k.startswith(f"tag.{views.LABEL_TAG}.") and k.count(".") >= 3
+              and not any(k.endswith("." + c["run_id"]) for c in children)}
+    groups = sorted(line.removeprefix("Group: ") for cells_ in labels.values()
+                    for line in [next((x for text in cells_.values()
+                                       for x in str(text).splitlines()
+                                       if x.startswith("Group: ")), "")] if line)
+    expected = sorted({c["label"] for c in children if c.get("label")})
+    if expected and groups != expected:
+        problems.append(f"runs view: group rows {groups}, expected one per cell {expected}")
+    if len({g.split(" ", 1)[0] for g in groups}) != len(groups):
+        problems.append(f"runs view: group labels {groups} do not start apart")
+    settings = [seen["headers"].get(column("params", k)) for k in wanted_settings]
+    problems += [f"runs view: no column for the setting {k}"
+                 for k, h in zip(wanted_settings, settings, strict=True) if not h]
+    return {"url": url, "headers": headers, "cells": cells, "groups": groups,
+            "settings": [h for h in settings if h], "rows": rows, "problems": problems}
+
+
+AXIS_CHARS = 15
+"""MLflow 3's parallel-coordinates chart writes an axis label longer than this as its first and
+last six characters around '...' (``objective.adaptive_margin`` reads ``object...margin``); the
+runs view's columns give the whole name."""
+
+
+def axis_label(name: str) -> str:
+    """A setting's axis label as the parallel-coordinates chart draws it."""
+    return name if len(name) <= AXIS_CHARS else f"{name[:6]}...{name[-6:]}"
+
+
+def check_charts(browser: Chromium, url: str, charted: Sequence[str], timeout: float) -> dict:
+    """(d) the saved view's chart mode opens on the table's charts: the parallel-coordinates
+    chart of the charted settings against test/avg, and test/avg per run."""
+    want = ["The table: settings against the test average", "Parallel Coordinates", AVG,
+            *map(axis_label, charted)]
+    browser.goto(url)
+    text, _ = browser.wait_for(_TEXT_JS, lambda t: all(w in t for w in want), timeout)
+    text = text or ""
+    problems = [f"chart view: no {w!r}" for w in want if w not in text]
+    if "does not support" in text:
+        problems.append("chart view: the parallel-coordinates chart refuses its data")
+    return {"url": url, "charted": list(charted), "problems": problems}
 
 
 def check_run_page(browser: Chromium, url: str, child: dict, timeout: float) -> dict:
@@ -337,6 +383,7 @@ def _child(run: Any) -> dict:
     tags = run.data.tags
     return {"run_id": run.info.run_id, "name": run.info.run_name or run.info.run_id,
             "cell": tags.get(CELL_TAG, ""), "seed": tags.get(SEED_TAG, ""),
+            "label": tags.get(views.LABEL_TAG, ""),
             "metrics": {k: v for k, v in run.data.metrics.items() if k in TEST_METRICS}}
 
 
@@ -376,7 +423,9 @@ def check_ui(tracking_uri: str, out: Path, experiment: str = "mmemb",
         view = "present" if key in exp.tags else "published by the check"
         if key not in exp.tags:
             views.publish(client, exp.experiment_id, parent_id,
-                             views.view_name(name, parent_id))
+                          views.view_name(name, parent_id), children=children)
+        settings = views.differing_params(children)
+        charted = views.chart_params(children, settings)
         here = views.links(parent_id, children, base)
         seen: dict[str, Any] = {
             "mlflow": mlflow.__version__, "experiment": exp.experiment_id,
@@ -392,8 +441,12 @@ def check_ui(tracking_uri: str, out: Path, experiment: str = "mmemb",
             browser.goto(f"{base}/health")  # same origin as the UI, so the same localStorage
             browser.wait_for("document.readyState", lambda s: s == "complete", timeout)
             browser.evaluate(f"localStorage.setItem('{ASSISTANT_FIRST_VISIT}', 'true')")
-            seen["runs_view"] = check_runs_view(browser, here["runs"], kids, timeout)
+            seen["runs_view"] = check_runs_view(browser, here["runs"], kids, timeout, settings)
             browser.screenshot(out)
+            seen["charts"] = check_charts(browser, here["charts"], charted, timeout)
+            charts_png = out.with_name(f"{out.stem}-charts{out.suffix}")
+            browser.screenshot(charts_png)
+            seen["charts"]["screenshot"] = str(charts_png)
             first = next((c for c in kids if "test/avg" in c["metrics"]), kids[0])
             seen["run_page"] = check_run_page(
                 browser, views.run_url(base, exp.experiment_id, first["run_id"]), first,
@@ -402,7 +455,7 @@ def check_ui(tracking_uri: str, out: Path, experiment: str = "mmemb",
         finally:
             browser.close()
         seen["screenshot"] = str(out) if out.exists() else None
-        seen["problems"] = [p for k in ("runs_view", "run_page", "compare")
+        seen["problems"] = [p for k in ("runs_view", "run_page", "compare", "charts")
                             for p in seen[k]["problems"]]
         if seen["screenshot"] is None:
             seen["problems"].append("no screenshot")

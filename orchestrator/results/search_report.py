@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis.stats import compare
+from orchestrator.analysis.tables import p_text
 
 
 @dataclass(frozen=True)
@@ -66,20 +67,29 @@ class Verdict:
 def against_baseline(scores: Mapping[str, Mapping[int, Mapping[str, float]]], best: str,
                      baseline: str, seeds: Sequence[int]) -> str:
     """One sentence: is the confirmed winner at least as good as the baseline on the fresh seeds
-    (STS Avg), said plainly either way."""
+    (STS Avg), said plainly either way. The winner and the baseline train on the same seeds, so
+    the verdict is the paired t-test's over those seeds (a seed fixes the data order and the
+    initialisation of both runs); the papers' unpaired Student test is given beside it. Where
+    the per-seed differences are all equal (no paired test), the Student test decides."""
     w = [scores.get(best, {}).get(s, {}).get("avg") for s in seeds]
     b = [scores.get(baseline, {}).get(s, {}).get("avg") for s in seeds]
     if any(v is None or not math.isfinite(v) for v in (*w, *b)):
         return (f"**Against {baseline}:** the confirmation is incomplete (see the failed runs), "
                 "so the search's winner is not compared with the baseline.")
-    c = compare(w, b)
+    c = compare(dict(zip(seeds, w, strict=True)), dict(zip(seeds, b, strict=True)))
+    paired = c.n_paired >= 2 and math.isfinite(c.paired_p)
+    p = c.paired_p if paired else c.t_student_p
+    significant = math.isfinite(p) and p < c.alpha
+    tests = (f"paired t-test over the {c.n_paired} matched seeds p {p_text(c.paired_p)}; unpaired "
+             f"Student p {p_text(c.t_student_p)}" if paired else
+             f"Student p {p_text(c.t_student_p)}")
     figures = (f"{c.mean_variant:.1f} ± {c.std_variant:.1f} against {baseline}'s "
                f"{c.mean_baseline:.1f} ± {c.std_baseline:.1f} on STS Avg over fresh seeds "
-               f"{', '.join(map(str, seeds))} (Δ {c.diff:+.2f}, Student p {c.t_student_p:.3f})")
+               f"{', '.join(map(str, seeds))} (Δ {c.diff:+.2f}, {tests})")
     if c.diff >= 0:
-        verdict = "significantly better" if c.significant else "not significantly better"
+        verdict = "significantly better" if significant else "not significantly better"
         return f"**Against {baseline}:** the winner is at least as good: {figures}, {verdict}."
-    worse = "significantly" if c.significant else "though not significantly"
+    worse = "significantly" if significant else "though not significantly"
     return (f"**Against {baseline}:** the winner is WORSE than the baseline, {worse}: {figures}. "
             "The search did not find a configuration that beats the baseline.")
 

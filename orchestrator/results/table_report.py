@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator.analysis import plots, tables
 from orchestrator.spec.grids import path_part
 from orchestrator.tracking.client import Tracker
+from orchestrator.tracking.events import report_lines
 
 
 def grid_spec(grid) -> dict[str, Any]:
@@ -47,16 +48,20 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
     demo = bool(spec.get("demo"))
     published = {c: v for c, v in (spec.get("published") or {}).items() if c in cells}
     sts_pub, tr_pub = _split_published(published)
+    offsets = {c: o for c, o in (spec.get("seed_offsets") or {}).items() if c in cells}
+    # Every cell on the baseline's seeds: a seed fixes data order and initialisation in both,
+    # so the summary lines (Holm, the published direction's "significant here") use the paired
+    # test; the '*' stays the papers' unpaired Student test.
+    holm_on = "student" if offsets else "paired"
     analysis = tables.analyze(
         results, baseline=spec["baseline"], seeds=spec["seeds"], columns=spec["columns"],
-        published=sts_pub or None, title=spec["title"], directions_only=demo,
+        published=sts_pub or None, title=spec["title"], directions_only=demo, holm_on=holm_on,
     )
     md = tables.to_markdown(analysis)
     transfer = None
     if spec.get("transfer"):
-        transfer, tr_md = _transfer_section(results, spec, tr_pub, demo)
+        transfer, tr_md = _transfer_section(results, spec, tr_pub, demo, holm_on)
         md += tr_md
-    offsets = {c: o for c, o in (spec.get("seed_offsets") or {}).items() if c in cells}
     for cell, offset in offsets.items():
         md += (f"\n{cell} trains with seeds + {offset} (disjoint from {spec['baseline']}'s); its "
                "paired test pairs grid seed i with the baseline's seed i, an arbitrary pairing.\n")
@@ -64,6 +69,11 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
         md += "\n\nFailed runs:\n" + "\n".join(
             f"- {cell} seed {seed}: {why}" for cell, seeds in failed.items()
             for seed, why in sorted(seeds.items()))
+    notes = report_lines(c for c in tracker.children(parent_id)
+                         if c.data.tags.get("mmemb.cell") in cells)
+    if notes:  # the members' events, from their MLflow tags (tracking/events.py)
+        md += ("\n\nRun notes (what changed what a run is; its MLflow run carries the tag "
+               "mmemb.event.<kind>):\n" + "\n".join(notes) + "\n")
     md += _stores_line({c: s for c, s in (spec.get("stores") or {}).items() if c in cells})
     if spec.get("note"):
         md += f"\n\nNote: {spec['note']}\n"
@@ -101,6 +111,9 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
             _log_summary(tracker, parent_id, transfer, spec, metric="transfer/avg", name="tr_avg")
     except Exception as e:  # an unwritable artifact store must not hide the finished table
         return analysis, md, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    # Stored now: an earlier failure to store it (a read-only artifact folder, since fixed) no
+    # longer holds, and the parent must not go on saying it does.
+    tracker.clear_tag(parent_id, "mmemb.report_error")
     return analysis, md, None
 
 
@@ -113,8 +126,8 @@ def _split_published(published: dict[str, dict[str, float]]) -> tuple[dict, dict
     return sts, tr
 
 
-def _transfer_section(results, spec: dict[str, Any], published: dict, demo: bool
-                      ) -> tuple[tables.TableAnalysis | None, str]:
+def _transfer_section(results, spec: dict[str, Any], published: dict, demo: bool,
+                      holm_on: str = "student") -> tuple[tables.TableAnalysis | None, str]:
     """The TR table (SentEval's transfer tasks) with the STS table's statistics, or why there is
     none (the demo profile without the real data)."""
     from orchestrator.spec.grids import TRANSFER_COLUMNS
@@ -127,7 +140,7 @@ def _transfer_section(results, spec: dict[str, Any], published: dict, demo: bool
     a = tables.analyze(
         results, baseline=spec["baseline"], seeds=spec["seeds"], columns=TRANSFER_COLUMNS,
         published=published or None, title=f"{spec['title']}: transfer tasks (TR)",
-        directions_only=demo,
+        directions_only=demo, holm_on=holm_on,
     )
     protocol = ("SimCSE's evaluation.py --mode test: 10-fold, Adam, batch 64, the papers' protocol"
                 if mode == "full" else "SimCSE's --mode fasttest: 5-fold, RMSprop, batch 128")
@@ -155,6 +168,7 @@ def _log_summary(tracker: Tracker, parent_id: str, a: tables.TableAnalysis, spec
         values = {"mean": e.mean, "std": e.std, "holm_p": e.holm_p}
         if e.comparison is not None:
             values.update(diff=e.comparison.diff, student_p=e.comparison.t_student_p,
+                          paired_p=e.comparison.paired_p,
                           detectable=e.comparison.detectable_student)
         for stat, v in values.items():
             if isinstance(v, int | float) and v == v:

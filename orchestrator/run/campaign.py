@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.failures import DiskFull, MemoryShort, closing_advice, memory_short
+from orchestrator.run.failures import DiskFull, MemoryShort, memory_short
 from orchestrator.run.options import Options
 from orchestrator.run.resources import (
     TRIAL_DRIVER_RESOURCES,
@@ -94,6 +94,12 @@ class Session:
         """runs a search will train after the next ``run`` (its live view's ETA counts them)"""
         self.live_prior: Any = None
         """what this session's earlier ``run``s did (``orchestrator.run.live.Prior``)"""
+        from orchestrator.tracking.events import ONE_BY_ONE, Console
+
+        self.console = Console()
+        """the members' events: one console line at most per kind for the whole campaign"""
+        for method in self.one_by_one:  # said by the pre-start checks' warning already
+            self.console.event(f"{ONE_BY_ONE}:{method}", "", say=False)
         if not opts.address:  # nothing can join the embedded Ray: refuse what cannot fit, now
             res, who = array_resources(opts, campaign.members)
             res.check_fits(local_resources(), "this machine", who)
@@ -119,6 +125,11 @@ class Session:
             self.close(e)
             raise
 
+    @property
+    def one_by_one(self) -> dict[str, str]:
+        """method -> why its members train one by one (the pre-start check's verdicts)."""
+        return dict(self.campaign.spec.get("one_by_one") or {})
+
     def _find_parent(self, quiet: bool = False) -> str | None:
         """The parent this session continues (``resume.find_parent``), or None: a new one."""
         found = find_parent(self.tracker, self.campaign, self.opts.resume, quiet)
@@ -143,14 +154,15 @@ class Session:
                   flush=True)
 
     def _start(self, reopen: str | None, heartbeat: bool) -> None:
-        import json
+        if not self.tracker.all_finished(reopen, [m.key for m in self.campaign.members]):
+            self._start_ray()  # a --resume with nothing left to train starts no Ray
+        self._open_parent(reopen, heartbeat)
 
+    def _start_ray(self) -> None:
         import ray
 
-        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
-        from orchestrator.tracking.journal import Journal
         from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
@@ -176,7 +188,19 @@ class Session:
             self.resources.check_fits(cluster_nodes(), "the local Ray", who)
         self.autoscaling = bool(opts.address)
         self.slots = self.resources.concurrency(cluster_nodes(), self.autoscaling)
+
+    def _open_parent(self, reopen: str | None, heartbeat: bool) -> None:
+        import json
+
+        from orchestrator.run.driver import DRIVER_TAG, Heartbeat, identity
+        from orchestrator.tracking.journal import Journal
+
+        c = self.campaign
         tags = {**c.tags, DRIVER_TAG: json.dumps(identity())}
+        if self.one_by_one:  # methods whose members train one by one (preflight's warning)
+            tags["mmemb.batched"] = "false"
+            tags["mmemb.batched_reason"] = "; ".join(
+                f"{m}: {why}" for m, why in self.one_by_one.items())[:5000]
         if reopen is not None and self.code_change:  # the first version stays the parent's
             tags["mmemb.code_resumed"] = self.code_change
         if self.extended:  # the subset's parent becomes this plan's: its runs are reused
@@ -265,13 +289,16 @@ class Session:
         todo = [m for m in members if m.key not in done]
         if not todo:
             return Outcome({}, {}, {})
+        if not hasattr(self, "slots"):  # _start found nothing left to train
+            self._start_ray()
         arrays = self._arrays(members, done, halving)
         mirror = MlflowMirror(arrays, self.journal, self.parent,
-                              self.tracker.unfinished_runs(self.parent))
+                              self.tracker.unfinished_runs(self.parent), self.one_by_one)
         self._mirrors.append(mirror)
         if self.live_prior is None:
             self.live_prior = Prior(time.monotonic())
-        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior)
+        view = LiveView(arrays, later_runs=self.later_runs, prior=self.live_prior,
+                        console=self.console)
         try:
             self._tune(arrays, experiment, [mirror, view])
         finally:
@@ -318,6 +345,7 @@ class Session:
         raised as its one line (``failures.py``)."""
         from ray import tune
 
+        from orchestrator.run.interrupts import keep_sigint
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
         from orchestrator.spec.grids import path_part
@@ -340,6 +368,7 @@ class Session:
                 failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )
+        restore_sigint = keep_sigint()  # Tune's handler would swallow a later Ctrl-C
         try:
             tuner.fit()
         except Exception as e:
@@ -353,6 +382,8 @@ class Session:
                                   "run fewer or smaller arrays (--max-concurrent 1, --array-size), "
                                   f"then continue with: {self.resume_command()}") from None
             raise DiskFull(line) from None
+        finally:
+            restore_sigint()
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
@@ -385,70 +416,20 @@ class Session:
                          *([] if "--resume" in argv else ["--resume"])])
 
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
-        """Write the report (or say why not), end the parent, print where everything is.
-        ``lead_md``: the report's first line (a search's verdict)."""
-        from orchestrator.results.table_report import build_report, report_dir
-        from orchestrator.results.views import print_links, share
+        """:meth:`_finish`, with Ctrl-C or SIGTERM meanwhile held until the report is written
+        (then exit 130)."""
+        from orchestrator.run.interrupts import Deferred
 
-        full = self.disk_full()
-        if full is not None:
-            self._end_all("FAILED", "the disk filled up; --resume continues the table")
-            print(f"error: {full}", file=sys.stderr)
-            return 3 if self.journal.kept else 1
-        if self.journal.offline:
-            self._end_all("FAILED", f"MLflow stopped answering; results kept in "
-                                    f"{self.journal.path}, uploaded by orchestrator.sync")
-            print(f"\nMLflow stopped answering during the run; {self.journal.kept} results are "
-                  f"kept in {self.journal.path}.\nWhen it is back, upload them with:\n  "
-                  f"{self.journal.upload_command()}\nthen render the report with:\n  python -m "
-                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
-                  file=sys.stderr)
-            return 3
-        outdir = report_dir(self.tracker, self.campaign.name, self.parent)
-        try:
-            analysis, md, upload_error = build_report(self.tracker, self.parent, dict(spec),
-                                                      outdir, extra_md=extra_md,
-                                                      lead_md=lead_md)
-        except Exception as e:  # the runs are in MLflow: never leave their parent RUNNING
-            why = f"{type(e).__name__}: {e}"
-            self.tracker.client.set_tag(self.parent, "mmemb.report_error", why[:500])
-            self.tracker.end(self.parent, "FAILED")
-            print(f"error: the runs finished but the report could not be built ({why}); the "
-                  f"parent run {self.parent} ends FAILED. Rebuild the report with: python -m "
-                  f"orchestrator.report --run {self.parent} --tracking-uri {self.tracker.uri}",
-                  file=sys.stderr)
-            return 1
-        complete = all(s.complete for s in analysis.status.values())
-        print("\n" + md)
-        print(f"\nreport: {outdir}/report.md")
-        if self.journal.refused_files:  # the store answered but kept no files: not "offline"
-            print(f"error: MLflow's artifact folder refused files ({self.journal.refused_files[0][:200]}); "
-                  f"the scores are in MLflow, and {self.journal.kept} file upload(s) (the students' "
-                  f"models) wait in {self.journal.path}: make the folder writable, then run "
-                  f"{self.journal.upload_command()}", file=sys.stderr)
-        if upload_error:
-            self.tracker.client.set_tag(self.parent, "mmemb.report_error", upload_error[:500])
-            self.tracker.end(self.parent, "FAILED")
-            self._closed = True
-            print(f"error: the report could not be stored in MLflow ({upload_error}); it is in "
-                  f"{outdir}. Upload it again with: python -m orchestrator.report --run "
-                  f"{self.parent} --tracking-uri {self.tracker.uri}", file=sys.stderr)
-            return 1
-        self.tracker.end(self.parent, "FINISHED" if complete and not self.journal.refused_files
-                         else "FAILED")
-        self._closed = True
-        print(open_hint(self.tracker.uri))
-        try:
-            print_links(share(self.tracker, self.parent))
-        except Exception as e:  # the links are a convenience; the table's result stands
-            print(f"(could not save the table's MLflow view: {e})", file=sys.stderr)
-        if self.journal.refused_files:
-            return 1
-        if not complete:
-            print(closing_advice([why for m in self._mirrors for why in m.failures.values()]),
-                  file=sys.stderr)
-            return 1
-        return 0
+        with Deferred("the report") as held:
+            rc = self._finish(spec, extra_md, lead_md)
+        return held.exit_code(rc)
+
+    def _finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
+        """Write the report (or say why not), end the parent, print where everything is
+        (``orchestrator.run.ending``). ``lead_md``: the report's first line (a search's verdict)."""
+        from orchestrator.run.ending import write_report
+
+        return write_report(self, spec, extra_md, lead_md)
 
     def interrupted(self) -> int:
         """Ctrl-C or SIGTERM: the parent and its unfinished children end KILLED (--resume
@@ -457,17 +438,6 @@ class Session:
         print(f"\ninterrupted: finished runs are kept in MLflow (parent {self.parent}); run the "
               "same command with --resume to continue from the last checkpoints", file=sys.stderr)
         return 130
-
-
-def open_hint(uri: str) -> str:
-    """How to open the runs: a local store through ``mlflow ui``; a tracking server (a cluster's
-    head) is already the UI, reached from a laptop through an SSH tunnel."""
-    if uri.startswith(("http://", "https://")):
-        local = "127.0.0.1" in uri or "localhost" in uri
-        return (f"open the runs: {uri} in a browser" + (
-            " (from your laptop: ray attach cluster.yaml -p 5000, or ssh -L 5000:127.0.0.1:5000 "
-            "to the head, then http://127.0.0.1:5000)" if local else ""))
-    return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
 
 
 COMMANDS = {"table": "orchestrator.ablate", "search": "orchestrator.search",

@@ -193,3 +193,39 @@ def running_driver(tracker: Any, parent: Any) -> dict[str, Any] | None:
             return _read(path) or {"pid": "?"}
         fcntl.flock(fh, fcntl.LOCK_UN)
     return None
+
+
+def store_drivers(db: Path) -> list[dict[str, Any]]:
+    """The mmemb commands of this machine (or of one sharing the folder) running a plan on the
+    sqlite store ``db`` now, other than this one: the holders of its driver locks. Read without
+    taking anything a driver would wait for."""
+    found = []
+    folder = db.absolute().parent / f".{db.name}.drivers"
+    for path in sorted(folder.glob("*.lock")) if folder.is_dir() else []:
+        try:
+            fh = path.open("r")
+        except OSError:
+            continue
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read(path) or {"pid": "?"}
+                me = identity()
+                if (holder.get("pid"), holder.get("host")) != (me["pid"], me["host"]):
+                    found.append({**holder, "plan": path.stem})
+                continue
+            except OSError:
+                continue
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return found
+
+
+def name_store_users(e: Any) -> str:
+    """The line of a ``StoreInUse`` (``orchestrator.tracking.client``) with an mmemb command
+    among the lock's holders named as its driver lock names it: host, start, command line, plan
+    (a colleague's table on the same store)."""
+    drivers = store_drivers(e.path)
+    known = {d["pid"]: f"{describe(d)}, an mmemb command running plan {d.get('plan', '?')} on "
+             "this store," for d in drivers if isinstance(d.get("pid"), int)}
+    return e.line(known, describe(drivers[0]) if drivers else "")

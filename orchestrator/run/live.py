@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ray.tune import Callback
 
 from orchestrator.spec.plan import ArrayPlan
+from orchestrator.tracking.events import ONE_BY_ONE, PRUNED, Console, failure_kind
 
 LINE_S = 20.0
 """at most this long between two status lines while anything trains"""
@@ -78,10 +79,13 @@ class Prior:
 class LiveView(Callback):
     def __init__(self, arrays: Sequence[ArrayPlan], clock: Callable[[], float] = time.monotonic,
                  out: Callable[[str], None] | None = None, later_runs: int = 0,
-                 prior: Prior | None = None):
+                 prior: Prior | None = None, console: Console | None = None):
         self.plans = list(arrays)
         self.clock = clock
         self.out = out or (lambda line: print(line, flush=True))
+        self.console = console or Console()
+        """the members' events (pruned, stopped by the filter, NaN, one by one): the first of a
+        kind is a line, the rest a count in the status line (``tracking/events.py``)"""
         self.later_runs = later_runs
         self.prior = prior or Prior(clock())
         self.t0 = self.prior.t0
@@ -131,6 +135,7 @@ class LiveView(Callback):
         ended, run, queued = self.counts(trials)
         failed = f", {len(self.failed)} failed" if self.failed else ""
         runs = f"runs: {ended - len(self.failed)} done{failed}, {run} training, {queued} queued"
+        runs += f" ({self.console.counts().lstrip(', ')})" if self.console.counts() else ""
         head = f"[{_clock(now - self.t0)}]"
         if total is None:
             return (f"{head} {len(self.plans)} array{'s' * (len(self.plans) != 1)} "
@@ -201,6 +206,10 @@ class LiveView(Callback):
             span = f"{devs[0]:.2f}" if len(devs) == 1 else f"{min(devs):.2f}-{max(devs):.2f}"
             events.append(f"  {plan.label}: step {step}/{result.get('total_steps', '?')}, "
                           f"STS-B dev {span}")
+        for method, why in (result.get("one_by_one") or {}).items():
+            self.console.event(f"{ONE_BY_ONE}:{method}", f"  note: method {method}: one by one: "
+                               f"{why} (its runs are tagged mmemb.batched=false; the same "
+                               "numbers, slower)", events.append)
         for e in entries:
             key = e.get("key")
             if key not in labels or key in self.ended:
@@ -208,10 +217,18 @@ class LiveView(Callback):
             if e.get("failed"):
                 self.failed.add(key)
                 self._leave(plan, key, step)
-                events.append(f"  FAILED {labels[key]}: {e.get('error')}")
+                line = f"  FAILED {labels[key]}: {e.get('error')}"
+                kind = failure_kind(e.get("error"))
+                if kind is None:
+                    events.append(line)
+                else:  # the first of its kind said whole, later ones counted
+                    self.console.event(kind, f"{line} (later runs stopped so are counted in the "
+                                       "status line; the report lists them)", events.append)
             elif e.get("pruned"):
                 self._leave(plan, key, int(e.get("step", step)))
-                events.append(f"  pruned {labels[key]} at step {e.get('step', step)}")
+                self.console.event(PRUNED, f"  pruned {labels[key]} at step {e.get('step', step)} "
+                                   "by successive halving (later pruned runs are counted in the "
+                                   "status line; the report lists them)", events.append)
             elif result.get("final"):
                 self._leave(plan, key, a.total_steps if a else step)
                 events.append(f"  done {labels[key]}: avg {e.get('test/avg', float('nan')):.2f} "

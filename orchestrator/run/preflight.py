@@ -5,18 +5,21 @@
 the encoder stacked or looped), the tracking URI, the storage folder, the resources against this
 machine (without ``--address``), and the data every member trains on, opened once per distinct
 source: store values (NaN/inf, empty captions, page checksums), feature dimensions against the
-objective, the threshold filter on a sample of negatives, and every SentEval file the evaluation
-reads (the
+objective, each method's heads and loss once at the run's sizes (and whether they run batched,
+or one by one: a warning that the console and the report repeat), the threshold filter on a
+sample of negatives, and every SentEval file the evaluation reads (the
 transfer tasks' too, when the runs evaluate them). Each refusal is one line naming the file or option, the problem and the fix.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.run.options import Options
 from orchestrator.run.resources import Resources, local_resources
@@ -61,6 +64,9 @@ class DataCheck:
     priced, then the dry run exits non-zero with this line)"""
     runs: dict[str, str] = field(default_factory=dict)
     """member key -> its run's length and data in words (``--dry-run --explain``)"""
+    one_by_one: dict[str, str] = field(default_factory=dict)
+    """method -> why vmap cannot run its heads and loss (its members train one by one); the
+    methods that run batched are absent"""
 
 
 def check_storage(storage: str) -> str:
@@ -196,7 +202,8 @@ def check_resources(opts: Options, members: Sequence[RunPlan] = ()) -> str:
             f"({here['CPU']:g} CPUs, {here['GPU']:g} GPUs)")
 
 
-def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataCheck:
+def check_data(members: Sequence[RunPlan], baseline: str | None = None,
+               varying: Sequence[str] = ()) -> DataCheck:
     """Open every distinct data source once and check each member's features against its
     objective, before Ray starts. A refusal names the cells it hits and the ``--cells`` that run,
     unless it hits the ``baseline`` (which every ``--cells`` keeps): then where the refused
@@ -210,9 +217,12 @@ def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataC
     warnings: list[str] = []
     senteval: set[str] = set()
     failed: dict[str, list[str]] = {}  # message -> cells
+    verdicts: dict[str, Any] = {}
+    differing = differing_settings(members, varying)
     for m in members:
         try:
-            _check_member(m, opened, checked, keys, steps, lines, warnings, senteval, runs)
+            _check_member(m, opened, checked, keys, steps, lines, warnings, senteval, runs,
+                          verdicts, differing)
         except (ValueError, FileNotFoundError, OSError) as e:
             cells = failed.setdefault(str(e), [])
             if m.cell not in cells:
@@ -224,7 +234,45 @@ def check_data(members: Sequence[RunPlan], baseline: str | None = None) -> DataC
         if baseline in cells:
             hint = _baseline_hint(members, baseline, msg)
         raise ValueError(f"cell(s) {cells}: {msg}{hint}")
-    return DataCheck(keys, steps, tuple(lines), tuple(warnings), runs=runs)
+    looped = {n: v.reason for n, v in verdicts.items() if not v.batched}
+    warnings += [v.line() for v in verdicts.values() if not v.batched]
+    ignored = ignored_line(members)
+    if ignored:
+        warnings.append(ignored)
+    return DataCheck(keys, steps, tuple(lines), tuple(warnings), runs=runs, one_by_one=looped)
+
+
+def differing_settings(members: Sequence[RunPlan], varying: Sequence[str] = ()) -> dict[str, set[str]]:
+    """Per method, its settings on which these members differ (and those a search varies,
+    ``varying``: 'objective.<name>'): what reaches its loss as a tensor with a member axis when
+    they share an array (``trainables.arrays.batched.member_settings``)."""
+    values: dict[str, dict[str, set]] = {}
+    for m in members:
+        s = m.run.objective
+        for f in dataclasses.fields(s):
+            values.setdefault(s.method, {}).setdefault(f.name, set()).add(repr(getattr(s, f.name)))
+    searched = {k.removeprefix("objective.") for k in varying if k.startswith("objective.")}
+    return {method: {k for k, v in fields.items() if len(v) > 1} | searched
+            for method, fields in values.items()}
+
+
+def ignored_line(members: Sequence[RunPlan]) -> str | None:
+    """One warning for every setting a run was given that its method does not read (the runs
+    train without it; MLflow tags them ``mmemb.event.ignored``)."""
+    from orchestrator.tracking.events import ignored_settings
+
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for m in members:
+        for key, layer in ignored_settings(m).items():
+            cells = found.setdefault((key, layer, m.run.objective.method), [])
+            if m.cell not in cells:
+                cells.append(m.cell)
+    if not found:
+        return None
+    return "settings not read by the method they were given to (the runs train without them; " \
+        "tagged mmemb.event.ignored): " + "; ".join(
+            f"{k} (from {layer}) by method {method} in cell(s) {', '.join(map(repr, cells))}"
+            for (k, layer, method), cells in found.items())
 
 
 def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
@@ -241,9 +289,10 @@ def _baseline_hint(members: Sequence[RunPlan], baseline: str, msg: str) -> str:
 
 
 def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dict,
-                  lines: list[str], warnings: list[str], senteval: set[str], runs: dict) -> None:
+                  lines: list[str], warnings: list[str], senteval: set[str], runs: dict,
+                  verdicts: dict, differing: dict[str, set[str]]) -> None:
     from trainables.arrays.members import array_key
-    from trainables.data.batches import check_dims, load_data, threshold_sample
+    from trainables.data.batches import check_batch_fits, check_dims, load_data, threshold_sample
     from trainables.data.schedule import count_steps, run_length
     from trainables.evaluation.sts import check_senteval
     from trainables.evaluation.transfer import check_transfer_files
@@ -264,6 +313,7 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
                                 "page would go unnoticed; re-convert it (python -m "
                                 "trainables.convert) to add them")
     data = opened[dkey]
+    check_batch_fits(cfg, data)  # per member: batch_size is not in the keys checked once
     if str(data.senteval_dir) not in senteval:  # marked done once passed, so that a refusal
         lines.append(check_senteval(data.senteval_dir))  # names every cell it hits
         senteval.add(str(data.senteval_dir))
@@ -277,6 +327,12 @@ def _check_member(m: RunPlan, opened: dict, checked: set, keys: dict, steps: dic
         checked.add(ckey)
         check_dims(cfg, data)
         try_method_once(cfg, data, lines)
+        if cfg.objective.method not in verdicts:  # measured once per method
+            v = verdicts[cfg.objective.method] = try_batched_once(
+                cfg, data, differing.get(cfg.objective.method, set()))
+            lines.append(v.line() if v.batched else
+                         f"method {v.method}: one by one (the warning above says why and what "
+                         "it costs)")
         sample = threshold_sample(cfg, data)
         if sample is not None:
             f = method_of(cfg.objective).negative_filter(cfg.objective)
@@ -331,9 +387,58 @@ def try_method_once(cfg, data, lines: list[str]) -> None:
         lines.append(line)
 
 
+def run_notes(members: Sequence[RunPlan], steps: dict[str, int], opts: Options) -> list[str]:
+    """What the runs will do that their settings do not say, and the user must know (the run
+    goes on): a dev evaluation interval longer than the run (the only evaluation is the last
+    step's, so the "best" checkpoint is the last one), ``use_gpu`` where no GPU will be given."""
+    notes = []
+    late: dict[tuple[int, int], list[str]] = {}
+    for m in members:
+        n = steps.get(m.key)
+        if n is not None and m.run.eval_every > n and m.cell not in late.get((n, m.run.eval_every), []):
+            late.setdefault((n, m.run.eval_every), []).append(m.cell)
+    for (n, every), cells in late.items():
+        notes.append(f"cell(s) {cells}: eval_every={every} but each run is {n} steps, so no STS-B "
+                     "dev evaluation falls inside the run: the only one is at its last step, which "
+                     f"is then its best checkpoint; set eval_every={max(1, n // 2)} or lower to "
+                     "choose among checkpoints")
+    wants = list(dict.fromkeys(m.cell for m in members if m.run.use_gpu))
+    if wants:
+        gpus = opts.gpus_per_trial
+        if gpus is None and not opts.address:  # the embedded Ray gives what this machine has
+            gpus = 1.0 if local_resources()["GPU"] > 0 else 0.0
+        if gpus == 0:
+            why = ("--gpus-per-trial 0 gives their workers none" if opts.gpus_per_trial == 0
+                   else "this machine has no GPU")
+            notes.append(f"cell(s) {wants}: use_gpu=true, but {why}, so they train on the CPU; "
+                         "to use a GPU, run them where one is (--address of a GPU cluster)")
+    return notes
+
+
+_VERDICTS: dict[tuple, Any] = {}
+"""what ``try_batched_once`` found, by method and sizes: a search's rounds check their new
+members with ``check_data`` again, and the verdict is measured once"""
+
+
+def try_batched_once(cfg, data, differing: set[str]):
+    """The method's heads and loss under the array's vmap, at the run's sizes
+    (``trainables.arrays.method_check.try_batched``): batched, or one by one and why."""
+    from trainables.arrays.method_check import try_batched
+
+    hidden = _hidden(cfg.encoder, cfg.data.cache_dir)
+    teachers = [_hidden(t, cfg.data.cache_dir, teacher=True) for t in cfg.text_teachers] \
+        if cfg.needs.text_teachers else []
+    image = data.image_dim if data.pairs is not None else None
+    key = (cfg.objective.method, hidden, cfg.proj_dim, image, data.clip_text_dim, tuple(teachers),
+           tuple(sorted(differing)))
+    if key not in _VERDICTS:
+        _VERDICTS[key] = try_batched(cfg, hidden, image, data.clip_text_dim, teachers, differing)
+    return _VERDICTS[key]
+
+
 def check_campaign(members: Sequence[RunPlan], opts: Options,
                    checked: Sequence[str] = (), dry_run: bool = False,
-                   baseline: str | None = None) -> DataCheck:
+                   baseline: str | None = None, varying: Sequence[str] = ()) -> DataCheck:
     """Everything a table or search needs, before Ray or MLflow: refuses in one line, prints the
     warnings up front, returns what was checked. ``checked``: what the caller has already checked
     (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
@@ -360,8 +465,10 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     check_fetched(members)
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
-    data = check_data(members, baseline)
+    data = check_data(members, baseline, varying)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
+    for note in run_notes(members, data.total_steps, opts):
+        print(f"note: {note}", file=sys.stderr, flush=True)
     return DataCheck(data.array_keys, data.total_steps, (*lines, *data.checked), data.warnings,
-                     not_here, data.runs)
+                     not_here, data.runs, data.one_by_one)

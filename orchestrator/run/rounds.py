@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,6 +213,29 @@ def _live(study, number: int):
     return optuna.trial.Trial(study, frozen._trial_id)
 
 
+def pick_finalists(study, planned: int) -> tuple[list, str]:
+    """The ``planned`` best configurations that completed their round, best first, and when
+    fewer completed, why there are fewer: a configuration pruned by successive halving (or
+    failed) has no full-length score, so it is not eligible."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    finalists = sorted(done, key=lambda t: -t.value)[:planned]
+    if len(finalists) >= planned:
+        return finalists, ""
+    pruned = sum(t.state == TrialState.PRUNED for t in trials)
+    failed = sum(t.state == TrialState.FAIL for t in trials)
+    why = [f"{pruned} pruned by successive halving" if pruned else "",
+           f"{failed} failed" if failed else ""]
+    others = " and ".join(w for w in why if w)
+    return finalists, (f"{len(finalists)} finalists, not the {planned} planned: only "
+                       f"{len(done)} configurations completed their round"
+                       + (f" ({others})" if others else "")
+                       + "; a pruned or failed configuration has no full-length score, so it is "
+                       "not eligible (--no-halving trains every configuration to the end)")
+
+
 def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dict[str, Any]) -> int:
     from optuna.trial import TrialState
 
@@ -221,9 +245,11 @@ def finish(session, study, planner: Planner, sa: SearchArgs, pid: str, spec: dic
     if len(done) < 2:  # the session ends the parent FAILED with this reason
         raise ValueError(f"only {len(done)} configuration(s) finished the search; a search needs 2 "
                          "to compare (see the failed runs in MLflow)")
-    finalists = sorted(done, key=lambda t: -t.value)[: sa.finalists]
+    finalists, short = pick_finalists(study, sa.finalists)
     members = [m for t in finalists for m in planner.trial_members("final", t.number, t.params, sa.finalist_seeds)]
     print(f"finalists: trials {[t.number for t in finalists]} on seeds {list(sa.finalist_seeds)}", flush=True)
+    if short:
+        print(f"note: {short}", file=sys.stderr, flush=True)
     session.later_runs = 2 * len(sa.confirm_seeds)
     out = session.run(members, f"{planner.space.name}-{pid}-finalists")
     if out.interrupted:

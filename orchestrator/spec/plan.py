@@ -39,6 +39,10 @@ class RunPlan:
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     """setting -> the layer that set it, for every setting that differs from its field default
     (``trainables.config.profiles.explain_config``; ``--dry-run --explain`` prints it)"""
+    cell_label: str = field(default="", compare=False)
+    """the cell's short label in the MLflow runs view, which groups by it: its row number in the
+    table first ('2. SoftGround tau_t=0.2'), so two long names cut short stay apart; '' = the
+    cell's name"""
 
     @property
     def config_hash(self) -> str:
@@ -80,9 +84,11 @@ class ArrayPlan:
 
     @property
     def label(self) -> str:
+        """What the dry run and the run's progress lines call it: its members only (not the
+        parent run, which a dry run does not have), so both name the same array alike."""
         if len(self.members) == 1:
             return self.members[0].label
-        return f"array {self.name[-6:]} ({len(self.members)} members)"
+        return f"array {replace(self, parent='').name[-6:]} ({len(self.members)} members)"
 
     def without(self, keys: Iterable[str]) -> ArrayPlan | None:
         """This trial minus finished members (None when nothing is left to run)."""
@@ -120,8 +126,10 @@ def plan_runs(grid: Grid, profile: str | None, seeds: Sequence[int] | None = Non
             cfg, origins = explain_config(profile, layers)
         except (ValueError, FileNotFoundError) as e:
             raise ValueError(f"grid {grid.name}, cell {t.cell!r}: {e}") from None
+        row = [c.name for c in grid.cells].index(t.cell) + 1
         out.append(RunPlan(t.key, t.cell, t.seed, cfg, f"{t.cell} seed {t.seed}",
-                           f"{t.cell} | seed {t.seed}", origins=frozen_mapping(origins)))
+                           f"{t.cell} | seed {t.seed}", origins=frozen_mapping(origins),
+                           cell_label=f"{row}. {t.cell}"))
     return out
 
 
@@ -197,6 +205,24 @@ def _chunks(units: list[list[RunPlan]], cap: int) -> list[list[RunPlan]]:
             out.append([])
         out[-1].extend(u)
     return [c for c in out if c]
+
+
+def profile_tags(profile_arg: str | None) -> dict[str, str]:
+    """The parent run's tags naming the profile that ran, not what ``--profile`` said (none means
+    ``$MMEMB_PROFILE``, ``./mmemb.yaml`` or the demo): ``mmemb.profile`` its name, and for a
+    profile file ``mmemb.profile_file`` where it is."""
+    import os
+    from pathlib import Path
+
+    from trainables.config.profiles import profile_overrides
+
+    chosen = profile_arg or os.environ.get("MMEMB_PROFILE") or (
+        "mmemb.yaml" if Path("mmemb.yaml").is_file() else "demo")
+    name, _ = profile_overrides(chosen)
+    tags = {"mmemb.profile": name}
+    if chosen not in ("demo", "paper"):
+        tags["mmemb.profile_file"] = str(Path(chosen).expanduser().resolve())
+    return tags
 
 
 def plan_summary(members: Sequence[RunPlan], profile: str, profile_arg: str | None,

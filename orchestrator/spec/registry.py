@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.spec.grids import Grid
 from orchestrator.spec.spaces import SearchSpace
+from trainables.runtime.user_code import ImportExited, ImportInterrupted, at_fault, importing
 
 PACKAGE = "search_spaces"
 ALIASES = {"table3": "kdmcse_table3"}
@@ -32,37 +33,26 @@ def names() -> list[str]:
     return sorted(i.name for i in pkgutil.iter_modules(pkg.__path__) if not i.name.startswith("_"))
 
 
-def _import(module: str, where: str) -> Any:
+KINDS = {"GRID": "grid file", "SPACE": "search space file"}
+
+
+def _import(module: str, where: str, kind: str = "grid or search space file") -> Any:
+    """Import a module of ``search_spaces/``: code like a user's own file (it may exit or be
+    interrupted while it runs), so whatever it does is one line naming it."""
     try:
-        return importlib.import_module(module)
-    except Exception as e:  # whatever a user's module raises: one line naming the file
-        raise ValueError(_broken(e, where)) from None
-
-
-_OURS = tuple(str(Path(__file__).resolve().parents[2] / d) for d in ("orchestrator", "trainables"))
-"""the packages that load a user's files: a failure inside them is not the file at fault"""
-
-
-def _at_fault(e: BaseException, where: str) -> tuple[str, int | None]:
-    """(file, line) at fault for an exception raised while importing ``where``: the file of a
-    SyntaxError, else the innermost frame in a file of the user's (not Python's, a library's or
-    mmemb's own), so a grid importing a broken method file names the method file."""
-    import sysconfig
-    import traceback
-
-    if isinstance(e, SyntaxError) and e.filename:
-        return e.filename, e.lineno
-    libs = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")
-              and not f.filename.startswith((*_OURS, *filter(None, libs)))]
-    if frames:
-        return frames[-1].filename, frames[-1].lineno
-    return where, None
+        with importing(where, kind):
+            try:
+                return importlib.import_module(module)
+            except Exception as e:  # whatever a user's module raises: one line naming the file
+                raise ValueError(_broken(e, where)) from None
+    except (ImportExited, ImportInterrupted):
+        sys.modules.pop(module, None)
+        raise
 
 
 def _broken(e: BaseException, where: str) -> str:
     """One line for a file that failed to import: the file at fault, its line, the error."""
-    file, line = _at_fault(e, where)
+    file, line = at_fault(e, where)
     same = Path(file).name == Path(where).name
     msg = " ".join(str(e).split()) or type(e).__name__
     msg = msg if isinstance(e, ValueError) else f"{type(e).__name__}: {msg}"
@@ -104,6 +94,9 @@ def _from_file(path: str, attr: str) -> Any:
     import a method defined beside it (``import my_method``), as a script would; the module stays
     in ``sys.modules``, so a method it defines itself can be found again by a Ray worker
     (``trainables.objectives.methods``)."""
+    from trainables.runtime.command_line import unexpanded_home
+
+    unexpanded_home(path, "--grid" if attr == "GRID" else "--space")
     p = Path(path).resolve()
     if p.is_dir():
         raise ValueError(f"{path} is a folder; pass a name (see --list) or the .py file inside it")
@@ -118,10 +111,15 @@ def _from_file(path: str, attr: str) -> Any:
     if added:
         sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    except Exception as e:  # whatever a user's file raises: one line naming it
+        # It is code: sys.exit, argparse and Ctrl-C while it runs are named as it did them.
+        with importing(p, KINDS[attr]):
+            try:
+                spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            except Exception as e:  # whatever a user's file raises: one line naming it
+                raise ValueError(_broken(e, str(p))) from None
+    except BaseException:
         sys.modules.pop(name, None)
-        raise ValueError(_broken(e, str(p))) from None
+        raise
     finally:
         if added:
             sys.path.remove(folder)

@@ -91,6 +91,24 @@ def define_on(space: SearchSpace, trial: Any, profile: str | None,
                                           else ref)) or {})
 
 
+def searched_keys(space: SearchSpace, profile: str | None, draws: int = 8) -> set[str]:
+    """The dotted settings a search varies: what ``define`` asks for in a few random draws (and
+    the keys it derives from them)."""
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    keys: set[str] = set()
+    ref = reference(space, profile)
+    try:
+        for i in range(draws):
+            t = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=i)).ask()
+            keys |= set(define_on(space, t, profile, ref)) | set(t.params)
+    finally:
+        optuna.logging.set_verbosity(level)
+    return {k for k in keys if "." in k}
+
+
 def check_choices(name: str, choices: Sequence[Any]) -> tuple[Any, ...]:
     """Optuna categorical choices must be distinct primitives : encode tuples as strings."""
     choices = tuple(choices)

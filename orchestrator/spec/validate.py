@@ -26,6 +26,30 @@ NAME_LIMIT = 100
 """the longest grid or cell name: it becomes a member key, a run name and folder names"""
 
 
+def check_name(name: object, what: str) -> None:
+    """A grid, cell or search name is printable text: it heads a report column and names MLflow
+    runs, so a blank one (an empty column header), one holding a line break, a NUL or another
+    control character (a report row cut in two, a name no terminal shows) or one with spaces at
+    either end (``--cells A`` would not find ``'A '``) cannot mean what it says."""
+    import unicodedata
+
+    if not isinstance(name, str):
+        raise ValueError(f"{what} {name!r} must be a string")
+    if not name.strip():
+        raise ValueError(f"{what} {name!r} is blank; a name heads a report column and names "
+                         "MLflow runs: give it visible text (rename it in the grid file)")
+    bad = sorted({c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise ValueError(f"{what} {name!r} holds control characters ({shown}); a name heads a "
+                         "report column and names MLflow runs and folders: use printable text "
+                         "(rename it in the grid file)")
+    if name != name.strip():
+        raise ValueError(f"{what} {name!r} starts or ends with a space, so --cells and the report "
+                         f"would not find it as {name.strip()!r}; remove the spaces (rename it in "
+                         "the grid file)")
+
+
 def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_build) -> None:
     """Every cell builds a valid RunConfig; names, baseline, seeds, published keys and sweep are sane."""
     where = f"grid {grid.name!r}"
@@ -36,6 +60,7 @@ def validate_grid(grid: Grid, build: Callable[[Mapping[str, Any]], Any] = _demo_
     if dup:
         raise ValueError(f"{where}: duplicate cell names {dup}")
     for n in [grid.name, *names]:  # they name MLflow runs, trial keys and checkpoint folders
+        check_name(n, f"{where}: {'its name' if n is grid.name else 'cell'}")
         if len(n) > NAME_LIMIT:
             what = "its name" if n == grid.name else f"cell {n[:40]!r}..."
             raise ValueError(f"{where}: {what} is {len(n)} characters; names become MLflow run "
@@ -92,6 +117,7 @@ def validate_space(space: SearchSpace, samples: int = 4,
     import optuna
 
     where = f"search {space.name!r}"
+    check_name(space.name, f"{where}: its name")
     if "objective.method" not in space.base or "objective.method" not in space.baseline:
         raise ValueError(f"{where}: base and baseline must name objective.method")
     if space.mode not in ("min", "max") or space.num_samples < 1:

@@ -36,11 +36,14 @@ SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "d
 _FORMS = "sqlite:///PATH/mlflow.db, http(s)://HOST:PORT, postgresql://..., mysql://... or file:///PATH"
 
 
-def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
+def check_tracking_uri(uri: str, option: str = "--tracking-uri", write: bool = True) -> None:
     """One line naming the URI, the problem and the fix, before any store is opened or created:
-    a scheme MLflow does not know, a local store whose folder is missing or read-only, a server
-    that does not answer."""
+    a scheme MLflow does not know, a local store whose folder is missing or read-only, a store
+    file that is not a whole SQLite database or that another process keeps locked, a server that
+    does not answer. ``write``: the command will write to the store (``best`` only reads)."""
     from mlflow.utils.uri import get_uri_scheme
+
+    from trainables.runtime.command_line import unexpanded_home
 
     scheme = get_uri_scheme(uri)
     if scheme and scheme not in SCHEMES:
@@ -49,12 +52,18 @@ def check_tracking_uri(uri: str, option: str = "--tracking-uri") -> None:
         if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
             raise ValueError(f"{option} {uri}: not a sqlite file (an in-memory store loses every "
                              "run when the command ends); use sqlite:///PATH/mlflow.db")
-        _check_local(Path(uri.removeprefix("sqlite:///")), uri, option)
-        _check_sqlite_file(Path(uri.removeprefix("sqlite:///")), uri, option)
+        path = uri.removeprefix("sqlite:///")
+        if path.startswith("~"):
+            unexpanded_home(path, option, uri, f"sqlite:///{_home(path)}")
+        _check_local(Path(path), uri, option)
+        _check_sqlite_file(Path(path), uri, option, write)
     elif scheme and scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
         _check_driver(uri, option)
     elif scheme in ("", "file"):  # a file store: the URI names its folder
-        _check_local(Path(urllib.parse.urlparse(uri).path if scheme else uri), uri, option)
+        path = urllib.parse.urlparse(uri).path if scheme else uri
+        if path.startswith("~"):
+            unexpanded_home(path, option, uri, _home(path))
+        _check_local(Path(path), uri, option)
     check_reachable(uri)
 
 
@@ -67,10 +76,10 @@ def _check_local(path: Path, uri: str, option: str) -> None:
     taken = next((p for p in [folder, *folder.parents] if p.exists()), None)
     if taken is not None and not taken.is_dir():
         raise ValueError(f"{option} {uri}: {taken} is a file, so no folder can be made there; "
-                         f"point {option} elsewhere")
+                         f"{_elsewhere(option)}")
     if not folder.is_dir():
         raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
-                         f"(mkdir -p {folder}) or point {option} elsewhere")
+                         f"(mkdir -p {folder}) or {_elsewhere(option)}")
     from trainables.runtime.command_line import writable_folder
 
     try:
@@ -81,21 +90,97 @@ def _check_local(path: Path, uri: str, option: str) -> None:
         writable = not path.exists() or os.access(path, os.W_OK)
     if not writable:
         raise ValueError(f"{option} {uri}: {path if path.exists() else folder} is not writable; "
-                         f"fix its permissions or point {option} at a writable folder")
+                         f"fix its permissions or {_elsewhere(option)}")
+
+
+def _home(path: str) -> str:
+    try:
+        return str(Path(path).expanduser())
+    except RuntimeError:  # ~name of a user this machine does not know
+        return "/FULL/PATH/" + path.split("/", 1)[-1]
+
+
+def _elsewhere(option: str) -> str:
+    """How to put the store elsewhere: the option itself, or for the default store (./mlflow.db,
+    which no option named) the option that replaces it."""
+    if option.startswith("--"):
+        return f"point {option} elsewhere"
+    return "pass --tracking-uri sqlite:///PATH/mlflow.db to put the store elsewhere"
 
 
 QUICK_CHECK_BYTES = 256 * 2**20
 """stores up to this size get SQLite's page-by-page check before a command opens them"""
 
+STORE_BUSY_ENV = "MMEMB_STORE_BUSY_S"
+STORE_BUSY_S = 30.0
+"""how long a command waits for a sqlite store that another process holds locked (a colleague's
+long transaction, a ``sqlite3`` shell left in one) before it says so; ``$MMEMB_STORE_BUSY_S``"""
+MLFLOW_BUSY_S = 20.0
+"""how long MLflow's own sqlite sessions wait for a lock (its ``PRAGMA busy_timeout``)"""
 
-def _check_sqlite_file(path: Path, uri: str, option: str) -> None:
+
+def store_busy_s() -> float:
+    """``$MMEMB_STORE_BUSY_S``, or :data:`STORE_BUSY_S`."""
+    import math
+
+    raw = os.environ.get(STORE_BUSY_ENV)
+    if raw is None or not raw.strip():
+        return STORE_BUSY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"${STORE_BUSY_ENV}={raw!r} must be a number of seconds >= 0 (how long "
+                         f"to wait for a store another process holds locked); unset it for "
+                         f"{STORE_BUSY_S:g} s")
+    return value
+
+
+def is_busy(e: BaseException) -> bool:
+    """``e`` (or what it wraps: SQLAlchemy's and MLflow's errors) is SQLite saying another
+    connection holds the database locked (SQLITE_BUSY or SQLITE_LOCKED), not that it is damaged."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        code = getattr(e, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in (5, 6):
+            return True
+        text = str(e).lower()
+        if "database is locked" in text or "database table is locked" in text or \
+                "database is busy" in text:
+            return True
+        e = getattr(e, "orig", None) or e.__cause__ or e.__context__
+    return False
+
+
+def _point(option: str) -> str:
+    """How to name another store: the option itself, or for the default store the option that
+    replaces it."""
+    if option.startswith("--"):
+        return f"point {option} at another file"
+    return "pass --tracking-uri sqlite:///PATH/mlflow.db to use another file"
+
+
+_OPENED: dict[str, tuple[Path, str]] = {}
+"""uri -> (sqlite file, how the command named it), of the stores this process opened: a lock
+met later (MLflow's own wait ran out) is named the same way"""
+
+
+def _check_sqlite_file(path: Path, uri: str, option: str, write: bool = True) -> None:
     """An existing store file is a whole SQLite database (not another file of that name, not one
-    cut short by a full disk or a copy that stopped), read without writing a byte."""
+    cut short by a full disk or a copy that stopped), read without writing a byte. A store that
+    another process holds locked is waited for (``$MMEMB_STORE_BUSY_S``), then named as in use
+    by that process: a lock is not damage. ``write``: the command will write, so a writer's lock
+    (which lets readers through) is waited for too."""
+    _OPENED.pop(uri, None)  # the latest store this process meets is the one named later
+    _OPENED[uri] = (path, option)
     if not path.is_file() or path.stat().st_size == 0:  # a new store (or an empty file) is made
         return
     import sqlite3
+    import time
 
-    aside = f"move it aside (mv {path} {path}.bad) to start a new store there, or point {option} at another file"
+    aside = f"move it aside (mv {path} {path}.bad) to start a new store there, or {_point(option)}"
     with path.open("rb") as f:
         head = f.read(100)
     if head[:16] != b"SQLite format 3\x00":
@@ -111,19 +196,82 @@ def _check_sqlite_file(path: Path, uri: str, option: str) -> None:
             path.stat().st_size < size * pages:
         raise ValueError(f"{option} {uri}: {path} is cut short ({path.stat().st_size} of "
                          f"{size * pages} bytes); restore it from a backup, or {aside}")
-    if path.stat().st_size > QUICK_CHECK_BYTES:
-        return
+    budget = store_busy_s()
+    deadline = time.monotonic() + budget
+    row: tuple | None = ("ok",)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        # SQLite's busy handler retries a locked store until the timeout: the bounded wait.
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=budget)
         try:
-            row = con.execute("PRAGMA quick_check").fetchone()
+            if path.stat().st_size <= QUICK_CHECK_BYTES:
+                row = con.execute("PRAGMA quick_check").fetchone()
+            else:  # too big to check every page here; a read still meets a writer's lock
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         finally:
             con.close()
+        if write and row and row[0] == "ok":  # a writer's lock lets readers through
+            con = sqlite3.connect(str(path), isolation_level=None,
+                                  timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                con.execute("BEGIN IMMEDIATE")  # takes the write lock; writes nothing
+                con.execute("ROLLBACK")
+            finally:
+                con.close()
     except sqlite3.Error as e:
+        if is_busy(e):
+            raise StoreInUse(path, uri, option, budget) from None
+        if "unable to open" in str(e):
+            raise ValueError(f"{option} {uri}: {path} cannot be opened ({e}); check the "
+                             "permissions of the file and its folder") from None
         row = (str(e),)
-    if not row or row[0] != "ok":
+    if not row or row[0] != "ok":  # SQLite's own integrity check failed: damage
         raise ValueError(f"{option} {uri}: {path} is a damaged SQLite database ({row[0] if row else 'unreadable'}); "
                          f"restore it from a backup, or {aside}")
+
+
+class StoreInUse(ValueError):
+    """A sqlite store that another process kept locked for ``waited`` seconds. Its message
+    names the processes holding the lock (the kernel's lock table) and says to wait for them or
+    stop them; never to move or restore the file: it is not damaged, and a new store beside it
+    would split a lab's results in two. The command layer names an mmemb command among them as
+    its driver lock does (``orchestrator.run.driver.name_store_users``): :meth:`line`."""
+
+    def __init__(self, path: Path, uri: str, option: str, waited: float):
+        from trainables.runtime.filelock import lock_holders
+
+        self.path, self.uri, self.option, self.waited = path, uri, option, waited
+        self.holders = lock_holders(path)
+        super().__init__(self.line())
+
+    def line(self, known: Mapping[int, str] | None = None, elsewhere: str = "") -> str:
+        """``known``: pid -> how to name that process (an mmemb driver); ``elsewhere``: a driver
+        of this store that holds no lock this machine shows (it may hold it from another)."""
+        from trainables.runtime.filelock import process_line
+
+        known = known or {}
+        named = [known.get(pid) or process_line(pid) for pid, _ in self.holders[:3]]
+        if named:
+            who = (f"{named[0]} holds it locked" if len(named) == 1 else
+                   f"{'; '.join(named)} hold it locked")
+            fix = (f"wait for {'it' if len(named) == 1 else 'them'} to finish and run this again "
+                   f"(or, if it is stuck, stop it: kill {self.holders[0][0]})")
+        else:
+            who = ("another process holds it locked (none of this machine's processes shows the "
+                   + (f"lock; {elsewhere} runs a plan on this store)" if elsewhere else
+                      "lock: a program on another machine sharing this folder, or another user's)"))
+            fix = "wait for it to finish and run this again"
+        return (f"{self.option} {self.uri}: {self.path} is in use: {who}, and did not let go "
+                f"within {self.waited:g} s (${STORE_BUSY_ENV} sets the wait); a locked store is not "
+                f"damaged, so keep the file where it is: {fix}")
+
+
+def busy_line(e: BaseException) -> StoreInUse | None:
+    """For an error out of MLflow that is a sqlite store's lock (MLflow's own wait ran out): the
+    :class:`StoreInUse` of the store this process met last, else None."""
+    if not is_busy(e) or not _OPENED:
+        return None
+    uri, (db, where) = next(reversed(_OPENED.items()))
+    return StoreInUse(db, uri, where, MLFLOW_BUSY_S)
 
 
 def _check_driver(uri: str, option: str) -> None:
@@ -210,6 +358,9 @@ def _http_env() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    # MLflow draws a "Downloading artifacts" bar for every file it reads back (grid.json, ...):
+    # noise above the command's own lines, and above its error line when one follows.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -239,6 +390,11 @@ def schema_lock(db: Path | None):
         yield
 
 
+STARTED: list[str] = []
+"""parent runs this process created or reopened: an interrupt before any has nothing for
+``--resume`` to continue (``orchestrator.cli.guarded``)"""
+
+
 class Tracker:
     """Thin wrapper over ``MlflowClient`` with the project's run layout.
 
@@ -247,18 +403,18 @@ class Tracker:
     ``--tracking-uri`` pointed) and opening it writes nothing.
     """
 
-    def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True):
+    def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True,
+                 write: bool = True):
         _http_env()
         import logging
 
         import mlflow
-        from mlflow.tracking import MlflowClient
 
         # A new sqlite store announces its tables at INFO; the command says where the store is.
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri or default_tracking_uri()
         where = "--tracking-uri" if uri else "the default tracking store"
-        check_tracking_uri(self.uri, where)
+        check_tracking_uri(self.uri, where, write=write or create)
         db = sqlite_path(self.uri)
         if not create:
             folder = db if db is not None else _file_store(self.uri)
@@ -267,6 +423,16 @@ class Tracker:
                     f"no MLflow store at {folder} ({where} {self.uri}); pass the --tracking-uri "
                     "the table ran with (by default mlflow.db in the folder it ran in)")
         mlflow.set_tracking_uri(self.uri)
+        try:
+            self._open(experiment, create, db)
+        except Exception as e:  # locked between the check and here: MLflow waited and gave up
+            if db is None or not is_busy(e):
+                raise
+            raise StoreInUse(db, self.uri, where, MLFLOW_BUSY_S) from None
+
+    def _open(self, experiment: str, create: bool, db: Path | None) -> None:
+        from mlflow.tracking import MlflowClient
+
         # Two commands starting on a fresh sqlite store would both create its schema (alembic,
         # when the client first opens it) and its experiment, and the second would fail half-way:
         # one at a time.
@@ -323,6 +489,7 @@ class Tracker:
         :meth:`find_parent`) set RUNNING again. ``summary`` (``plan_summary``) is stored on a
         new parent as ``plan.json`` so a later ``--resume`` can say how its plan differs."""
         if reopen is not None:
+            STARTED.append(reopen)
             self.client.set_terminated(reopen, "RUNNING")
             self.client.set_tag(reopen, f"{TAG}error", "")
             for k, v in tags.items():  # the driver now running it
@@ -332,6 +499,7 @@ class Tracker:
             f"{TAG}kind": kind, f"{TAG}plan_id": plan_id, **git_state(),
             f"{TAG}code_version": code_version(), **tags,
         })
+        STARTED.append(run.info.run_id)
         if summary is not None:
             self.client.log_text(run.info.run_id, json.dumps(summary, indent=1), "plan.json")
         return run.info.run_id
@@ -394,11 +562,21 @@ class Tracker:
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)
 
+    def clear_tag(self, run_id: str, key: str) -> None:
+        """Remove a tag that no longer holds (a report error once the report is stored)."""
+        if key in self.client.get_run(run_id).data.tags:
+            self.client.delete_tag(run_id, key)
+
     # --- children ---------------------------------------------------------------------------
     def children(self, parent_id: str) -> list[Any]:
         return self.client.search_runs(
             [self.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'", max_results=5000
         )
+
+    def all_finished(self, parent_id: str | None, keys: list[str]) -> bool:
+        """Every run of ``keys`` FINISHED under ``parent_id`` (a --resume with nothing left to
+        train); False for no parent or no keys (a search plans its runs as it goes)."""
+        return bool(parent_id) and bool(keys) and set(keys) <= set(self.finished_runs(parent_id))
 
     def finished_runs(self, parent_id: str) -> dict[str, str]:
         """trial key -> child run id, for children that FINISHED (resume skips these)."""
@@ -435,6 +613,8 @@ class Tracker:
             f"{TAG}seed": str(trial["seed"]), f"{TAG}config_hash": trial["config_hash"],
             **git_state(),
         }
+        if trial.get("cell_label"):  # what the runs view groups by (views.py)
+            tags[f"{TAG}cell_label"] = trial["cell_label"]
         if trial.get("array"):  # the array it trained in (one Ray Train run)
             tags[f"{TAG}array"] = trial["array"]
         if trial.get("group"):
@@ -445,6 +625,16 @@ class Tracker:
             tags[f"{TAG}backend_note"] = trial["backend_note"][:5000]
         if trial.get("objective"):  # the method's effective settings, as the loss used them
             tags[f"{TAG}objective"] = json.dumps(trial["objective"], sort_keys=True)[:7900]
+        if "batched_reason" in trial:  # its method's heads and loss: one vmapped computation?
+            why = trial.get("batched_reason")
+            tags[f"{TAG}batched"] = "false" if why else "true"
+            if why:
+                tags[f"{TAG}batched_reason"] = why[:5000]
+                tags[f"{TAG}event.one_by_one"] = f"method {trial['run']['objective']['method']}: {why}"[:5000]
+        if trial.get("unread"):  # settings of its config its method does not read: no params
+            tags[f"{TAG}unread"] = ", ".join(trial["unread"])[:5000]
+        if trial.get("ignored"):  # ... of which someone set: an event
+            tags[f"{TAG}event.ignored"] = trial["ignored"][:5000]
         run = self.client.create_run(self.experiment_id, run_name=trial["run_name"], tags=tags)
         params = [Param(k, str(v)[:6000]) for k, v in flat_params(trial["run"]).items()]
         for i in range(0, len(params), 100):
@@ -459,8 +649,16 @@ class Tracker:
 
         step = int(result.get("step", 0))
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
-                   if _is_metric(k, v)]
+        # 'loss/<term>@<step>': the term's mean over the steps up to that one (the array's
+        # finer history); where a report has them, its mean since the last report is left out
+        at = {k: (k.split("@")[0], int(k.split("@")[1])) for k in result if "@" in k
+              and k.split("@")[1].isdigit()}
+        finer = {name for name, _ in at.values()}
+        metrics = [Metric(at[k][0], float(v), now, at[k][1]) if k in at else
+                   Metric(k, float(v), now, step) for k, v in result.items()
+                   if _is_metric(at[k][0] if k in at else k, v) and k not in finer]
+        # The dev score first: MLflow's compare page plots the first metric a run logged
+        metrics.sort(key=lambda m: m.key not in ("stsb_dev", "best_stsb_dev"))
         if metrics:
             self.client.log_batch(run_id, metrics=metrics)
         if result.get("checkpoint_path"):

@@ -111,11 +111,14 @@ class Journal:
             self.refused_files.append(why)
             return None
         except Exception as e:  # any tracking failure: keep the write, never lose the result
+            from orchestrator.tracking.client import busy_line
+
             self.offline = True
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            busy = busy_line(e)  # a sqlite store another process keeps locked: say which
             self.failures.append(why)
-            print(f"warning: MLflow write failed ({why[:200]}); keeping results in {self.path}",
-                  file=sys.stderr, flush=True)
+            print(f"warning: MLflow write failed ({busy or why[:200]}); keeping results in "
+                  f"{self.path}", file=sys.stderr, flush=True)
             return None
 
     def _keep(self, entry: dict) -> None:

@@ -20,22 +20,50 @@ from ray.tune import Callback
 
 from orchestrator.spec.plan import ArrayPlan, RunPlan
 from orchestrator.tracking.client import TAG
+from orchestrator.tracking.events import (
+    BATCHED,
+    BATCHED_REASON,
+    FILTER,
+    NAN,
+    ONE_BY_ONE,
+    PRUNED,
+    failure_kind,
+    ignored_settings,
+    resolved_run,
+    tag,
+)
 from orchestrator.tracking.journal import Journal
 
 
-def member_record(m: RunPlan, trial: ArrayPlan) -> dict[str, Any]:
-    """What MLflow records of a member at its start (plain JSON: the offline journal keeps it)."""
-    return {"key": m.key, "cell": m.cell, "seed": m.seed, "run": m.run.to_dict(),
+def member_record(m: RunPlan, trial: ArrayPlan,
+                  one_by_one: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What MLflow records of a member at its start (plain JSON: the offline journal keeps it):
+    its params are the settings its method reads, resolved (``events.resolved_run``), the rest
+    named in a tag; ``one_by_one``: method -> why its heads and loss cannot run batched (the
+    pre-start check's verdict)."""
+    run, unread = resolved_run(m.run)
+    ignored = ignored_settings(m)
+    method = m.run.objective.method
+    return {"key": m.key, "cell": m.cell, "seed": m.seed, "run": run,
             "config_hash": m.config_hash, "run_name": m.run_name, "grid": trial.campaign,
-            "array": trial.name, "group": m.group,
+            "array": trial.name, "group": m.group, "cell_label": m.cell_label or m.cell,
             "objective": m.run.objective.get_config_dict(),
-            "backend": "looped" if trial.note else "stacked", "backend_note": trial.note}
+            "backend": "looped" if trial.note else "stacked", "backend_note": trial.note,
+            "unread": unread, "batched_reason": (one_by_one or {}).get(method),
+            "ignored": "; ".join(f"{k} (from {layer}) is not read by method {method} at these "
+                                 "settings" for k, layer in ignored.items())}
 
 
 class MlflowMirror(Callback):
     def __init__(self, plans: Sequence[ArrayPlan], journal: Journal, parent_id: str,
-                 reuse: Mapping[str, str] | None = None):
+                 reuse: Mapping[str, str] | None = None,
+                 one_by_one: Mapping[str, str] | None = None):
         self.plans = list(plans)
+        self.one_by_one = dict(one_by_one or {})
+        """method -> why its members run one by one: the pre-start check's verdicts, and those
+        an array reported while it trained"""
+        self.tagged: set[str] = set()
+        """members tagged as running one by one"""
         self.journal, self.parent = journal, parent_id
         self.reuse = dict(reuse or {})
         self.runs: dict[str, str] = {}
@@ -58,7 +86,9 @@ class MlflowMirror(Callback):
         if m.key not in self.runs:  # once per member, even across Tune retries
             old = self.reuse.pop(m.key, None)
             self.runs[m.key] = self.journal.start_child(
-                self.parent, member_record(m, trial_plan), reuse=old)
+                self.parent, member_record(m, trial_plan, self.one_by_one), reuse=old)
+            if m.run.objective.method in self.one_by_one:
+                self.tagged.add(m.key)
             if old is not None:
                 self.reused.add(m.key)
         return self.runs[m.key]
@@ -83,13 +113,18 @@ class MlflowMirror(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         plan: ArrayPlan = self.plans[trial.config["index"]]
         by_key = {m.key: m for m in plan.members}
+        self._one_by_one(plan, result.get("one_by_one") or {})
         for entry in result.get("members", []):
             key = entry.get("key")
             if key not in by_key or key in self.ended:
                 continue
             run = self._child(plan, by_key[key])
             if entry.get("failed"):
-                self._end(run, key, "FAILED", error=entry.get("error") or "failed")
+                error = entry.get("error") or "failed"
+                kind = failure_kind(error)
+                if kind in (NAN, FILTER):
+                    self.journal.set_tag(run, tag(kind), error[:5000])
+                self._end(run, key, "FAILED", error=error)
                 continue
             if "best_stsb_dev" in entry:
                 self.best_dev[key] = float(entry["best_stsb_dev"])
@@ -103,8 +138,9 @@ class MlflowMirror(Callback):
             self.journal.log_result(run, self._once(key, metrics))
             if entry.get("pruned"):
                 self.pruned[key] = int(entry["step"])
-                self.journal.set_tag(run, f"{TAG}stopped",
-                                    f"pruned by successive halving at step {entry['step']}")
+                why = f"pruned by successive halving at step {entry['step']}"
+                self.journal.set_tag(run, f"{TAG}stopped", why)
+                self.journal.set_tag(run, tag(PRUNED), why)
                 self._end(run, key, "FINISHED")
             elif result.get("final"):
                 if result.get("checkpoint_path") and entry.get("model"):
@@ -113,6 +149,22 @@ class MlflowMirror(Callback):
                     self.journal.set_tag(run, f"{TAG}node", str(result["node_id"]))
                 self.finals[key] = entry
                 self._end(run, key, "FINISHED")
+
+    def _one_by_one(self, plan: ArrayPlan, looped: Mapping[str, str]) -> None:
+        """An array whose method vmap could not run (its report's ``one_by_one``: method ->
+        why): its members of that method, and the parent, say so."""
+        for method, why in looped.items():
+            if method not in self.one_by_one:
+                self.one_by_one[method] = why
+                self.journal.set_tag(self.parent, BATCHED, "false")
+                self.journal.set_tag(self.parent, BATCHED_REASON, f"{method}: {why}"[:5000])
+            for m in plan.members:
+                if m.run.objective.method == method and m.key not in self.tagged:
+                    self.tagged.add(m.key)
+                    run = self._child(plan, m)
+                    self.journal.set_tag(run, BATCHED, "false")
+                    self.journal.set_tag(run, BATCHED_REASON, why[:5000])
+                    self.journal.set_tag(run, tag(ONE_BY_ONE), f"method {method}: {why}"[:5000])
 
     def _once(self, key: str, metrics: dict[str, Any]) -> dict[str, Any]:
         """Each metric once per step: the final report repeats best_stsb_dev and best_step,

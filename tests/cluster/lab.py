@@ -1,18 +1,21 @@
 """A lab of Linux machines on one host, for the real `ray up` test: namespaces, sshd, a pip proxy.
 
-Each machine is a PID and mount namespace of its own: its own process table (so a `ray stop` run
-on it sees only its own processes), its own `/tmp`, `/run` and `/mnt`, and a copy-on-write view of
-`$HOME` (an overlay whose writes land in the test's scratch folder). All machines share one private
-network namespace, where 127.0.0.0/8 is the lab's network: a machine reached at 127.0.0.3 is the
-one whose sshd listens there. The host's ports, processes, home and /tmp are never touched.
+Each machine is a PID, mount and network namespace of its own: its own process table (so a `ray
+stop` run on it sees only its own processes), its own `/tmp`, `/run` and `/mnt`, a copy-on-write
+view of `$HOME` (an overlay whose writes land in the test's scratch folder), and its own network
+stack: its own 127.0.0.1 and ports, and one address on the lab's network (10.77.0.0/24), a
+bridge in the first machine's namespace that every later machine is plugged into by a veth pair.
+A port forwarded to a machine's 127.0.0.1 (an SSH tunnel) is reachable only through the tunnel,
+as between real machines. The host's ports, processes, network, home and /tmp are never touched.
 
 The lab has no route out. pip inside reaches the package index through a CONNECT proxy that this
-process serves on 127.0.0.1:3128 of the lab network (`PIP_PROXY`, set by each machine's sshd);
+process serves on 127.0.0.1:3128 of each machine (`PIP_PROXY`, set by each machine's sshd);
 nothing else is proxied.
 
 Killing a machine's init (PID 1 of its namespace) makes the kernel kill every process in it, so
 `Lab.close()` leaves nothing behind even when a test fails; the `unshare` holding each machine
-dies with the test process (parent-death signal), and its init with it.
+dies with the test process (parent-death signal), and its init with it; the network goes with
+the namespaces.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PROXY_PORT = 3128
+NETWORK = "10.77.0.0/24"
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
 
@@ -104,6 +108,7 @@ class Machine:
         self.holder, self.init_pid = holder, init_pid
         self.pid_ns = os.readlink(f"/proc/{init_pid}/ns/pid")
         self.ip: str | None = None
+        """its address on the lab's network"""
 
     def outside(self, inside_tmp_path: str | os.PathLike) -> Path:
         """Where a path under the machine's /tmp lies on the host."""
@@ -125,11 +130,18 @@ class Machine:
                                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done
 
+    def popen(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str = "/",
+              **kw) -> subprocess.Popen:
+        """Start a command on this machine without waiting, in a process group of its own on
+        the host (``os.killpg(p.pid, ...)`` stops it and what it started there)."""
+        return subprocess.Popen(self.nsenter(cwd) + list(argv), env=env, cwd="/",
+                                start_new_session=True, **kw)
+
     def nsenter(self, cwd: str = "/") -> list[str]:
         """The command prefix that runs what follows on this machine, in `cwd`."""
         # cd inside: a directory opened before entering (nsenter --wd) would resolve paths
         # through the host's mounts, missing what is mounted only on this machine
-        return ["nsenter", "-t", str(self.init_pid), "--pid", "--mount", "--net", "--",
+        return ["nsenter", "-t", str(self.init_pid), "--pid", "--mount", "--net", "--uts", "--",
                 "sh", "-c", 'cd "$0" && exec "$@"', cwd]
 
     def processes(self) -> list[tuple[int, str, str]]:
@@ -150,8 +162,9 @@ class Machine:
                 out.append((int(d.name), name, cmdline.strip()))
         return out
 
-    def start_sshd(self, ip: str, authorized_key: str) -> None:
-        """sshd on ip:22 of the lab network, root login with `authorized_key` only."""
+    def start_sshd(self, authorized_key: str) -> None:
+        """sshd on this machine's lab address, port 22, root login with `authorized_key` only."""
+        ip = self.ip
         key = "/tmp/sshd/host_ed25519_key"
         self.run(["mkdir", "-p", "/tmp/sshd"])
         self.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key])
@@ -164,7 +177,6 @@ class Machine:
         self.run([sshd_path(), "-f", "/tmp/sshd/sshd_config", "-E", "/tmp/sshd/sshd.log"])
         probe = [sys.executable, "-c", f"import socket; socket.create_connection(({ip!r}, 22), 2)"]
         _wait_for(lambda: self.run(probe, check=False).returncode == 0, 30, f"sshd on {ip}:22")
-        self.ip = ip
 
 
 class Lab:
@@ -173,7 +185,7 @@ class Lab:
     def __init__(self, scratch: Path):
         self.scratch = scratch
         self.machines: list[Machine] = []
-        self._proxy: socket.socket | None = None
+        self._proxies: list[socket.socket] = []
         self._closing = threading.Event()
 
     def __enter__(self) -> Lab:
@@ -182,21 +194,23 @@ class Lab:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def machine(self, name: str, *, shared: Path | None = None,
-                hide: dict[str, Sequence[str]] | None = None) -> Machine:
-        """A new machine named `name` (its hostname too).
+    def machine(self, name: str, ip: str, *, shared: Path | None = None,
+                hide: dict[str, Sequence[str]] | None = None,
+                keep: Sequence[Path] = ()) -> Machine:
+        """A new machine named `name` (its hostname too) at `ip` on the lab's network.
 
         `shared` is mounted at /mnt/shared (the lab's NFS, so to speak). `hide` maps a folder to
         names in it that this machine must not have (say, packages in site-packages): they are
-        whited out in a copy-on-write view of the folder, as if never installed.
+        whited out in a copy-on-write view of the folder, as if never installed. `keep`: host
+        folders under /tmp that stay visible at their own path on this machine, whose /tmp is
+        otherwise its own (a checkout made with `git clone . $(mktemp -d)`).
         """
         scratch = self.scratch / name
         (scratch / "tmp").mkdir(parents=True)
         (scratch / "tmp").chmod(0o1777)
         first = not self.machines
         home = os.path.expanduser("~")
-        steps: list[list[str]] = [["ip", "link", "set", "lo", "up"]] if first else []
-        steps += [["hostname", name]]
+        steps: list[list[str]] = [["ip", "link", "set", "lo", "up"], ["hostname", name]]
         home_upper = scratch
         views = {home: (), "/mnt": (), **{d: tuple(n) for d, n in (hide or {}).items()}}
         for i, (folder, names) in enumerate(sorted(views.items(), key=lambda kv: len(kv[0]))):
@@ -211,16 +225,17 @@ class Lab:
                 home_upper = upper
         if shared is not None:
             steps += [["mkdir", "-p", "/mnt/shared"], ["mount", "--bind", str(shared), "/mnt/shared"]]
+        for folder in keep:  # mounted inside the machine's /tmp before that is put in place
+            inside = scratch / "tmp" / Path(folder).resolve().relative_to("/tmp")
+            inside.mkdir(parents=True)
+            steps.append(["mount", "--bind", str(folder), str(inside)])
         steps += [["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run"],
                   ["mkdir", "-m", "755", "/run/sshd"],
-                  ["mount", "--bind", str(scratch / "tmp"), "/tmp"]]  # last: scratch may be in /tmp
-        cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--uts",
-               "--propagation", "private", "--kill-child"]
-        if first:
-            cmd.insert(1, "--net")
-        else:
-            cmd = ["nsenter", f"--net=/proc/{self.machines[0].init_pid}/ns/net", "--", *cmd]
-        cmd += [sys.executable, "-c", _INIT, json.dumps(steps)]
+                  # last, as scratch may be in /tmp; recursive, to carry the kept folders along
+                  ["mount", "--rbind", str(scratch / "tmp"), "/tmp"]]
+        cmd = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--mount", "--uts",
+               "--propagation", "private", "--kill-child",
+               sys.executable, "-c", _INIT, json.dumps(steps)]
         with open(scratch / "init.log", "wb") as log:
             holder = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                       preexec_fn=_parent_death_kill, cwd="/")
@@ -238,14 +253,38 @@ class Lab:
             raise
         m = Machine(self, name, scratch, holder, init_pid, home_upper)
         self.machines.append(m)
-        if first:
-            self._serve_pip_proxy(init_pid)
+        self._plug_in(m, ip, first)
+        self._serve_pip_proxy(init_pid)
         return m
+
+    # --- the lab's network: a bridge in the first machine, a veth pair to each other one ------
+
+    def _plug_in(self, m: Machine, ip: str, first: bool) -> None:
+        prefix = NETWORK.split("/")[1]
+
+        def ip_in(machine: Machine, *args: str) -> None:
+            subprocess.run(["nsenter", f"--net=/proc/{machine.init_pid}/ns/net", "--", "ip", *args],
+                           check=True, capture_output=True, timeout=30)
+
+        if first:
+            ip_in(m, "link", "add", "lab", "type", "bridge")
+            ip_in(m, "addr", "add", f"{ip}/{prefix}", "dev", "lab")
+            ip_in(m, "link", "set", "lab", "up")
+        else:
+            hub = self.machines[0]
+            port = f"lab-{len(self.machines)}"
+            # `netns PID`: the host's PID of the machine's init (this runs in the host's PID view)
+            ip_in(hub, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
+                  str(m.init_pid))
+            ip_in(hub, "link", "set", port, "master", "lab", "up")
+            ip_in(m, "addr", "add", f"{ip}/{prefix}", "dev", "eth0")
+            ip_in(m, "link", "set", "eth0", "up")
+        m.ip = ip
 
     # --- pip's way out: a CONNECT proxy listening inside the lab network ---------------------
 
     def _serve_pip_proxy(self, init_pid: int) -> None:
-        """Listen on 127.0.0.1:PROXY_PORT of the lab network; connect out from the host's."""
+        """Listen on 127.0.0.1:PROXY_PORT of a machine's network; connect out from the host's."""
         box: dict = {}
 
         def listen_in_lab():  # setns() moves only this thread, which then exits
@@ -266,13 +305,14 @@ class Lab:
         t.join()
         if "error" in box:
             raise box["error"]
-        self._proxy = box["sock"]
-        threading.Thread(target=self._accept, daemon=True, name="lab-pip-proxy").start()
+        self._proxies.append(box["sock"])
+        threading.Thread(target=self._accept, args=(box["sock"],), daemon=True,
+                         name="lab-pip-proxy").start()
 
-    def _accept(self) -> None:
+    def _accept(self, proxy: socket.socket) -> None:
         while not self._closing.is_set():
             try:
-                client, _ = self._proxy.accept()
+                client, _ = proxy.accept()
             except OSError:
                 return
             threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
@@ -319,10 +359,10 @@ class Lab:
         for m in self.machines:
             _wait_for(lambda m=m: not m.processes() and not Path(f"/proc/{m.init_pid}").exists(),
                       30, f"machine {m.name} to be gone")
-        if self._proxy is not None:
+        for proxy in self._proxies:
             with contextlib.suppress(OSError):
-                self._proxy.shutdown(socket.SHUT_RDWR)  # wakes the accept() of _accept
-            self._proxy.close()
+                proxy.shutdown(socket.SHUT_RDWR)  # wakes the accept() of _accept
+            proxy.close()
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -340,3 +380,48 @@ def processes_named(machine: Machine, needles: Sequence[str]) -> Iterator[tuple[
     for pid, name, cmd in machine.processes():
         if any(n in name or n in cmd for n in needles):
             yield pid, name, cmd
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of a host process (in the host's numbering), None if it is gone."""
+    f = stat_fields(pid)
+    return int(f[3]) if f else None
+
+
+def identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks): names one process, never a later one given its id."""
+    f = stat_fields(pid)
+    return (pid, int(f[19])) if f and f[0] != "Z" else None
+
+
+def tcp_listeners(m: Machine, port: int) -> list[tuple[str, int]]:
+    """(address, owning host pid) of each socket listening on `port` in machine m's network."""
+    owners = {}
+    for pid, _, _ in m.processes():
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    owners[link[8:-1]] = pid
+        except OSError:
+            continue
+    out = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{m.init_pid}/net/{table}").read_text().splitlines()[1:]:
+            f = row.split()
+            addr, hexport = f[1].rsplit(":", 1)
+            if f[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                if len(addr) == 8:
+                    ip = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+                else:
+                    ip = "::" if set(addr) == {"0"} else addr
+                out.append((ip, owners.get(f[9], -1)))
+    return out

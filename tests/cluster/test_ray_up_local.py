@@ -1,27 +1,40 @@
-"""`ray up cluster.local.yaml` for real: a head and a worker over SSH, a demo table on both, `ray down`.
+"""`ray up cluster.local.yaml` for real, the cluster's whole life on machines shared with a colleague.
 
 The steps are docs/cluster.md, "Machines your lab owns", run as printed from the repository root
 (the commands below are asserted to be in that page), with the file's REPLACE lines filled in for
-a lab of three machines on one Linux host (tests/cluster/lab.py):
+a lab of three machines on one Linux host (tests/cluster/lab.py), each with its own processes,
+files and network stack:
 
-- "laptop", where `ray up` runs, with a fresh key pair;
-- "head" at 127.0.0.3 and "worker" at 127.0.0.2, each with its own sshd (key-only root login)
-  and neither this project nor its demo student installed (they are hidden from their Python);
+- "laptop" (10.77.0.1), where `ray up` runs, with a fresh key pair;
+- "head" (10.77.0.3) and "worker" (10.77.0.2), each with its own sshd (key-only root login) and
+  neither this project nor its demo student installed (they are hidden from their Python);
 - /mnt/shared, one folder both nodes see, as an NFS mount would be.
 
-It checks what a lab administrator relies on: both nodes join and run on the address they are
-listed at; usage stats stay off; MLflow listens on 127.0.0.1 only; the table's arrays train on both
-nodes and its runs and report land in the head's MLflow; after `ray down` no Ray or MLflow process
-is left on either node.
+Before `ray up`, a colleague of the same account already works on the head: a Ray of their own
+(its own temp dir, Ray's default ports but the GCS's), a `tail -F` of the cluster's raylet log
+and a shell whose command line names the cluster's temp dir, with a child in a session of its
+own. The test then checks what a lab administrator relies on:
 
-Safe where other Ray processes run: each machine is a PID and mount namespace of its own on a
-private network namespace, so the `ray stop` of the start commands and of `ray down` sees only that
-machine's processes, ports 22/5000/6379 are the lab's own, and $HOME, /tmp and /mnt are views whose
-writes land in a scratch folder. The host's processes, ports and files are never touched; killing
-each machine's PID 1 at the end removes every process the test started, also when it fails, and
-the scratch folder goes with it.
+- both nodes join on the address they are listed at, usage stats off, MLflow on 127.0.0.1 only;
+- the cluster's Ray and MLflow listen on the file's own ports, none of them the colleague's;
+- the dry run with `--address auto` plans the arrays the table then runs, and names them alike;
+- the full demo table (20 runs) trains on both nodes; a worker's raylet SIGKILLed mid-table costs
+  nothing: 20 runs FINISHED, none duplicated, the report in the head's MLflow;
+- the closing hint of the table, run as printed on the laptop, opens that MLflow there (health,
+  and the table's run with its report) through its SSH tunnel;
+- a `ray stop` typed on the head, then (after `ray up` again) `ray down` from the laptop, each
+  leave nothing of the cluster on either machine (no process, no listener on its ports) and stop
+  none of the colleague's processes.
 
-Needs Linux, root (namespaces, sshd), and sshd and rsync, which the test does not install:
+Checks that do not stop the lifecycle are collected and reported together at the end, so one run
+shows every gap. Safe where other Ray processes run: each machine is a PID, mount and network
+namespace of its own, so the `ray stop` of the start commands and of `ray down` sees only that
+machine's processes and ports; $HOME, /tmp and /mnt are views whose writes land in a scratch
+folder. Killing each machine's PID 1 at the end removes every process the test started, also when
+it fails, and the scratch folder goes with it.
+
+Needs Linux, root (namespaces, sshd), and sshd and rsync, which the test does not install
+(it skips without them):
 
     apt-get install -y openssh-server rsync
     python -m pytest -m slow tests/cluster/test_ray_up_local.py -s    # -s prints the timings
@@ -34,11 +47,13 @@ other error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import re
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -47,28 +62,49 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.cluster.lab import Lab, Machine, missing_tools
+from tests.cluster.lab import Lab, Machine, identity, missing_tools, session_of, tcp_listeners
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "cluster.local.yaml"
 DOC = ROOT / "docs" / "cluster.md"
-HEAD_IP, WORKER_IP = "127.0.0.3", "127.0.0.2"
+LAPTOP_IP, HEAD_IP, WORKER_IP = "10.77.0.1", "10.77.0.3", "10.77.0.2"
+CLUSTER_TMP = "/tmp/ray-mmemb-lab"
 
 # docs/cluster.md, "Machines your lab owns", verbatim.
 TOKEN = "ray get-auth-token --generate"
 UP = "RAY_UP_enable_autoscaler_v2=0 ray up -y cluster.local.yaml"
 STATUS = "ray exec cluster.local.yaml 'ray status'"
-TABLE = ("ray exec cluster.local.yaml 'cd ~/mmemb && python -m orchestrator.ablate --grid table3 "
-         "--seeds 0 1 --address auto --tracking-uri http://localhost:5000 --storage /mnt/shared/runs'")
+STOP_ON_HEAD = "ray exec cluster.local.yaml 'ray stop'"
 DOWN = "RAY_UP_enable_autoscaler_v2=0 ray down -y cluster.local.yaml"
-RESUME = TABLE[:-1] + " --resume'"  # "the same command again with --resume added"
-OOM = "running low on memory"  # Ray's memory monitor killed a worker
+OOM = ("running low on memory", "ran low on memory", "out of memory issue")
+"""Ray's memory monitor killed a worker (the host's memory, shared with other work, ran short)"""
 
-# Anything of the cluster's, by process name or command line.
-CLUSTER_PROCESSES = ("raylet", "gcs_server", "ray::", "default_worker", "dashboard", "log_monitor",
-                     "monitor.py", "runtime_env", "mlflow", "uvicorn", "orchestrator.ablate",
-                     "mmemb-stop-with-head")
+# Ray's own defaults, for a port the file leaves to Ray; MLflow's own for its server.
+DEFAULT_PORTS = {"gcs": 6379, "dashboard": 8265, "client": 10001, "agent": 52365, "mlflow": 5000}
+PORT_FLAGS = {"gcs": "--port", "dashboard": "--dashboard-port", "client": "--ray-client-server-port",
+              "agent": "--dashboard-agent-listen-port"}
+ON_EVERY_NODE = ("agent",)  # the others listen on the head only
+
+
+def table_command(mlflow_port: int) -> str:
+    return ("ray exec cluster.local.yaml 'cd ~/mmemb && python -m orchestrator.ablate --grid table3 "
+            f"--address auto --tracking-uri http://localhost:{mlflow_port} --storage /mnt/shared/runs'")
+
+
+def cluster_ports(text: str) -> dict[str, int]:
+    """The ports the file's Ray and MLflow listen on: its pins, else the defaults."""
+    cfg = yaml.safe_load(text)
+    (head,) = [c for c in cfg["head_start_ray_commands"] if "ray start" in c]
+    (mlflow,) = [c for c in cfg["head_start_ray_commands"] if "mlflow server" in c]
+    out = {}
+    for name, flag in PORT_FLAGS.items():
+        m = re.search(rf"{flag}[= ](\d+)", head)
+        out[name] = int(m[1]) if m else DEFAULT_PORTS[name]
+    m = re.search(r"mlflow server .*?--port[= ](\d+)", mlflow, re.S)
+    out["mlflow"] = int(m[1]) if m else DEFAULT_PORTS["mlflow"]
+    return out
 
 
 def log(what: str, **facts) -> None:
@@ -102,58 +138,45 @@ def fill(text: str, values: dict[str, str]) -> str:
 
 
 def node_facts(m: Machine) -> dict[str, str]:
-    """The raylet of machine m: its node id, its address and its usage-stats setting."""
-    (raylet,) = [pid for pid, name, _ in m.processes() if name == "raylet"]
+    """The cluster's raylet on machine m: its node id, its address and its usage-stats setting."""
+    (raylet,) = [pid for pid, name, cmd in m.processes()
+                 if name == "raylet" and f"{CLUSTER_TMP}/" in cmd]
     args = Path(f"/proc/{raylet}/cmdline").read_bytes().split(b"\0")
     arg = {a.split(b"=", 1)[0].decode(): a.split(b"=", 1)[1].decode() for a in args if b"=" in a}
     env = dict(e.split(b"=", 1) for e in Path(f"/proc/{raylet}/environ").read_bytes().split(b"\0")
                if b"=" in e)
-    return {"node_id": arg["--node_id"], "ip": arg["--node_ip_address"],
+    return {"node_id": arg["--node_id"], "ip": arg["--node_ip_address"], "pid": str(raylet),
             "usage_stats": env.get(b"RAY_USAGE_STATS_ENABLED", b"").decode()}
 
 
-def tcp_listeners(m: Machine, port: int) -> list[tuple[str, int]]:
-    """(address, owning host pid) of each socket listening on `port` in the lab network."""
-    owners = {}
-    for pid, _, _ in m.processes():
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                link = os.readlink(fd)
-                if link.startswith("socket:["):
-                    owners[link[8:-1]] = pid
-        except OSError:
-            continue
-    out = []
-    for table in ("tcp", "tcp6"):
-        for row in Path(f"/proc/{m.init_pid}/net/{table}").read_text().splitlines()[1:]:
-            f = row.split()
-            addr, hexport = f[1].rsplit(":", 1)
-            if f[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
-                if len(addr) == 8:
-                    ip = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
-                else:
-                    ip = "::" if set(addr) == {"0"} else addr
-                out.append((ip, owners.get(f[9], -1)))
-    return out
-
-
 MLFLOW_QUERY = r"""
-import json
+import json, sys
 from mlflow.tracking import MlflowClient
-c = MlflowClient("http://127.0.0.1:5000")
+c = MlflowClient(sys.argv[1])
 exps = [e.experiment_id for e in c.search_experiments()]
 out = []
 for p in c.search_runs(exps, "tags.`mmemb.kind` = 'table'"):
     kids = c.search_runs(exps, f"tags.mlflow.parentRunId = '{p.info.run_id}'")
-    out.append({"status": p.info.status, "artifacts": [a.path for a in c.list_artifacts(p.info.run_id)],
+    out.append({"id": p.info.run_id, "status": p.info.status,
+                "artifacts": [a.path for a in c.list_artifacts(p.info.run_id)],
                 "children": [{"status": k.info.status, "trial": k.data.tags.get("mmemb.trial"),
                               "node": k.data.tags.get("mmemb.node")} for k in kids]})
 print(json.dumps(out))
 """
 
-
-def cluster_processes(m: Machine) -> list[tuple[int, str, str]]:
-    return [p for p in m.processes() if any(n in p[1] or n in p[2] for n in CLUSTER_PROCESSES)]
+# Run on the laptop through a tunnel: MLflow's health, the UI page of each link the table printed
+# (the MLflow UI is one page: the part after # picks the run in the browser), then the table's run
+# and its report.
+THROUGH_TUNNEL = r"""
+import json, sys, urllib.request
+base, run, *links = sys.argv[1:]
+assert urllib.request.urlopen(base + "/health", timeout=10).status == 200
+for link in links:
+    assert urllib.request.urlopen(link.split("#")[0], timeout=30).status == 200, link
+got = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/runs/get?run_id={run}", timeout=30))
+arts = json.load(urllib.request.urlopen(f"{base}/api/2.0/mlflow/artifacts/list?run_id={run}", timeout=30))
+print(json.dumps({"status": got["run"]["info"]["status"], "artifacts": [f["path"] for f in arts.get("files", [])]}))
+"""
 
 
 def wait_for(check, timeout: float, what: str, poll: float = 2.0):
@@ -163,6 +186,22 @@ def wait_for(check, timeout: float, what: str, poll: float = 2.0):
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
     return value
+
+
+def settle(check, timeout: float, poll: float = 2.0):
+    """check() until it is falsy or `timeout` passes; -> its last value (falsy: settled)."""
+    deadline = time.monotonic() + timeout
+    while (value := check()) and time.monotonic() < deadline:
+        time.sleep(poll)
+    return value
+
+
+def hint_commands(out: str) -> tuple[str, list[str]]:
+    """The table's closing hint -> (its line, the commands it says to run on the laptop)."""
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("open the runs:")]
+    m = re.search(r"(?:from|on) your laptop[^:]*: (.*?)(?:[;,] then .*)?\)?$", line)
+    assert m, f"the closing hint names no command for the laptop: {line}"
+    return line, [c.strip() for c in m[1].split(", or ") if c.strip()]
 
 
 @pytest.fixture
@@ -182,9 +221,19 @@ def lab():
 def test_the_docs_run_these_commands():
     """The commands below are docs/cluster.md's, so what the slow test runs is what users run."""
     text = DOC.read_text()
-    for cmd in (TOKEN, UP, STATUS, TABLE, DOWN):
+    table = table_command(cluster_ports(LOCAL.read_text())["mlflow"])
+    for cmd in (TOKEN, UP, STATUS, table, STOP_ON_HEAD, DOWN):
         assert cmd in text, f"docs/cluster.md no longer says: {cmd}"
     assert "run the same command again with `--resume` added" in " ".join(text.split())
+
+
+def test_why_not_names_what_is_missing(monkeypatch):
+    """Where sshd or rsync is missing the slow test skips, saying what to install."""
+    import tests.cluster.test_ray_up_local as me
+
+    monkeypatch.setattr(me, "missing_tools", lambda: ["rsync"])
+    if sys.platform.startswith("linux"):
+        assert me.why_not() == "sshd or rsync is not installed: apt-get install -y openssh-server rsync"
 
 
 @pytest.mark.slow
@@ -193,6 +242,7 @@ def test_ray_up_table_ray_down(lab):
     home_before = {n: os.path.exists(os.path.join(home, n)) for n in (
         "mmemb", "mmemb-venv", ".mmemb_env", "mlflow", "ray_bootstrap_config.yaml",
         "ray_bootstrap_key.pem")}
+    problems: list[str] = []  # checks that need not stop the lifecycle, reported at the end
     t0 = time.monotonic()
 
     # --- the machines: nodes without this project or its demo student, one shared folder ----
@@ -206,13 +256,51 @@ def test_ray_up_table_ray_down(lab):
         common = subprocess.run(["git", "rev-parse", "--git-common-dir"], cwd=ROOT, text=True,
                                 capture_output=True, check=True).stdout.strip()
         views[str((ROOT / common).resolve())] = []
-    laptop = lab.machine("laptop")
-    head = lab.machine("head", shared=shared, hide=views)
-    worker = lab.machine("worker", shared=shared, hide=views)
-    laptop.run(["sh", "-c", "mkdir -p -m 700 ~/.ssh && ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519"])
+    # A checkout under /tmp (a fresh `git clone . "$(mktemp -d)"`) stays visible on the laptop,
+    # whose /tmp is otherwise its own.
+    under_tmp = [ROOT] if ROOT.resolve().is_relative_to("/tmp") else []
+    laptop = lab.machine("laptop", LAPTOP_IP, keep=under_tmp)
+    head = lab.machine("head", HEAD_IP, shared=shared, hide=views)
+    worker = lab.machine("worker", WORKER_IP, shared=shared, hide=views)
+    laptop.run(["sh", "-c", "mkdir -p -m 700 ~/.ssh && rm -f ~/.ssh/id_ed25519 ~/.ssh/id_ed25519.pub"
+                " && ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519"])
     key = laptop.run(["sh", "-c", "cat ~/.ssh/id_ed25519.pub"]).stdout.strip()
-    head.start_sshd(HEAD_IP, key)
-    worker.start_sshd(WORKER_IP, key)
+    head.start_sshd(key)
+    worker.start_sshd(key)
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": home,
+           "USER": pwd.getpwuid(os.geteuid()).pw_name, "LANG": "C.UTF-8", "TERM": "dumb"}
+
+    # --- a colleague already works on the head, as the same account -------------------------
+    head.run(["bash", "-c",
+              "RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 setsid -w ray start --head --port=6380 "
+              f"--temp-dir=/tmp/ray-colleague --node-ip-address={HEAD_IP} --num-cpus=1 "
+              "--object-store-memory=100000000 --system-config='{\"enable_worker_prestart\": false}' "
+              "> /tmp/colleague-ray.log 2>&1 < /dev/null"], env=env, timeout=300)
+    head.run(["bash", "-c",  # watching the cluster's log; a shell naming its temp dir
+              f"setsid -f tail -F {CLUSTER_TMP}/session_latest/logs/raylet.out >/dev/null 2>&1 </dev/null;"
+              "setsid -f bash -c 'setsid sleep 1000000 & wait' mention "
+              f"{CLUSTER_TMP}/session_latest >/dev/null 2>&1 </dev/null"], env=env)
+    wait_for(lambda: sum(n == "sleep" and "1000000" in c for _, n, c in head.processes()) == 1
+             and sum(n == "tail" for _, n, _ in head.processes()) == 1, 60,
+             "the colleague's shell and its child, and the tail")
+    colleague = {identity(pid): (name, cmd[:100]) for pid, name, cmd in head.processes()
+                 if not name.startswith("sshd") and identity(pid)}
+    colleague_sessions = {session_of(pid) for pid, _ in colleague}
+    ports = cluster_ports(LOCAL.read_text())
+    colleague_ports = {port: [ip for ip, _ in tcp_listeners(head, port)] for port in
+                       set(ports.values()) | set(DEFAULT_PORTS.values()) | {6380}}
+    colleague_ports = {p: ips for p, ips in colleague_ports.items() if ips}
+    log("colleague on the head", processes=len(colleague), listening=sorted(colleague_ports))
+    assert colleague_ports.get(6380), colleague  # the colleague's Ray is up
+
+    def colleague_gone() -> list[str]:
+        return [f"{name} ({pid}): {cmd}" for (pid, start), (name, cmd) in colleague.items()
+                if identity(pid) != (pid, start)]
+
+    def leftovers(m: Machine) -> list[tuple[int, str, str]]:
+        """Processes of m that are neither sshd's nor the colleague's: the cluster's."""
+        return [p for p in m.processes() if not p[1].startswith("sshd")
+                and session_of(p[0]) not in colleague_sessions]
 
     # --- the file, as a user edits it: only the REPLACE lines change ------------------------
     original = LOCAL.read_text()
@@ -224,9 +312,8 @@ def test_ray_up_table_ray_down(lab):
     assert changed and all("# REPLACE" in a for a, _ in changed), changed
     laptop.outside("/tmp/cluster.local.yaml").write_text(filled)
     laptop.run(["mount", "--bind", "/tmp/cluster.local.yaml", str(LOCAL)])  # the laptop's copy only
-
-    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": home,
-           "USER": pwd.getpwuid(os.geteuid()).pw_name, "LANG": "C.UTF-8", "TERM": "dumb"}
+    table = table_command(ports["mlflow"])
+    log("the cluster's ports", **ports)
 
     def sh(cmd: str, timeout: float, check: bool = True) -> tuple[int, str]:
         t = time.monotonic()
@@ -236,55 +323,174 @@ def test_ray_up_table_ray_down(lab):
         assert done.returncode == 0 or not check, f"{cmd}\n...\n{out[-6000:]}"
         return done.returncode, out
 
-    # --- up -------------------------------------------------------------------------------
-    sh(TOKEN, 60)
-    _, up = sh(UP, 1200)
-    assert "Operation not permitted" not in up  # ulimit on machines that cap it
-    t_up = time.monotonic()
-
     def both_active():
-        _, status = sh(STATUS, 120)
+        _, status = sh(STATUS, 120, check=False)
         m = re.search(r"Active:\s*\n\s*(\d+) local\.cluster\.node", status)
         return m and int(m[1]) == 2 and status
-    wait_for(both_active, 1200, "the worker to join (ray status: 2 active nodes)", poll=10)
-    log("both nodes active", after_up_s=round(time.monotonic() - t_up))
 
+    def up(what: str) -> None:
+        _, out = sh(UP, 1200)
+        assert "Operation not permitted" not in out  # ulimit on machines that cap it
+        t_up = time.monotonic()
+        wait_for(both_active, 1200, "the worker to join (ray status: 2 active nodes)", poll=10)
+        log(f"{what}: both nodes active", after_up_s=round(time.monotonic() - t_up))
+
+    def nothing_left(after: str) -> None:
+        """Nothing of the cluster on either machine, the colleague's processes all alive."""
+        t = time.monotonic()
+        left = settle(lambda: leftovers(head) + leftovers(worker), 180)
+        log(f"after {after}", seconds_to_settle=round(time.monotonic() - t), left=len(left))
+        for m in (head, worker):
+            if rest := leftovers(m):
+                problems.append(f"after {after}, {len(rest)} process(es) of the cluster still run on "
+                                f"the {m.name}: " + "; ".join(f"{n} {c[:90]}" for _, n, c in rest))
+            for name, port in ports.items():
+                if m is worker and name not in ON_EVERY_NODE:
+                    continue
+                ours = [(ip, pid) for ip, pid in tcp_listeners(m, port)
+                        if session_of(pid) not in colleague_sessions]
+                if ours:
+                    problems.append(f"after {after}, the {m.name} still listens on the cluster's "
+                                    f"{name} port {port}: {ours}")
+        if gone := colleague_gone():
+            problems.append(f"after {after}, the colleague lost: " + "; ".join(gone))
+
+    # --- up -------------------------------------------------------------------------------
+    sh(TOKEN, 60)
+    up("ray up")
     facts = {m.name: node_facts(m) for m in (head, worker)}
     assert facts["head"]["ip"] == HEAD_IP and facts["worker"]["ip"] == WORKER_IP, facts
     assert {f["usage_stats"] for f in facts.values()} == {"0"}, facts
-    listening = tcp_listeners(head, 5000)
+    listening = tcp_listeners(head, ports["mlflow"])
     assert [ip for ip, _ in listening] == ["127.0.0.1"], listening  # never 0.0.0.0 by default
     leader = Path(f"/proc/{os.getpgid(listening[0][1])}/cmdline").read_bytes()  # a uvicorn worker's
     assert b"mlflow\0server" in leader, leader  # group: the server's, as the start command made it
+    for name, port in ports.items():  # the cluster's own ports, none shared with the colleague
+        for m in (head, worker) if name in ON_EVERY_NODE else (head,):
+            owners = {session_of(pid) in colleague_sessions for _, pid in tcp_listeners(m, port)}
+            if owners != {False}:
+                problems.append(f"the {m.name}'s {name} port {port} is "
+                                + ("the colleague's too" if True in owners else "not listened on"))
+    if gone := colleague_gone():
+        problems.append("`ray up` stopped the colleague's: " + "; ".join(gone))
 
-    # --- a demo table on both nodes ----------------------------------------------------------
-    rc, out = sh(TABLE, 1800, check=False)
+    # --- the dry run on the cluster plans the arrays the table runs, named alike ----------------
+    _, dry = sh(table[:-1] + " --dry-run'", 900)
+    planned = re.findall(r"^(array [0-9a-f]{6} \(\d+ members\))", dry, re.M)
+    log("dry run", cluster=re.findall(r"^cluster auto: .*", dry, re.M)[:1], arrays=planned)
+
+    # --- the full demo table on both nodes; a worker's raylet dies mid-table -------------------
+    def checkpointed() -> int:
+        return len({c.parent for c in (shared / "runs").rglob("checkpoint_*")}) \
+            if (shared / "runs").exists() else 0
+
+    def worker_trains() -> bool:
+        return any("RayTrainWorker" in cmd for _, _, cmd in worker.processes())
+
+    t_table = time.monotonic()
+    out_file = lab.scratch / "table.out"
+    with open(out_file, "w") as sink:
+        run = laptop.popen(["bash", "-c", table], env=env, cwd=str(ROOT), stdout=sink,
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(lambda: run.poll() is not None or (checkpointed() >= 2 and worker_trains()), 1800,
+                 "an array training on the worker and two arrays with a checkpoint", poll=1)
+        assert run.poll() is None, "the table ended before the worker's raylet could be killed:\n" \
+            + out_file.read_text()[-4000:]
+        raylet = int(facts["worker"]["pid"])
+        os.kill(raylet, signal.SIGKILL)
+        log("worker's raylet SIGKILLed", after_table_start_s=round(time.monotonic() - t_table),
+            arrays_checkpointed=checkpointed())
+        rc = run.wait(timeout=2400)
+    out = out_file.read_text()
+    log(table, rc=rc, seconds=round(time.monotonic() - t_table))
+    ran = set(re.findall(r"(array [0-9a-f]{6} \(\d+ members\))", out))
+    count = re.search(r"^20 runs in (\d+) arrays? of", out, re.M)
+    if not ran or not ran <= set(planned) or not count or int(count[1]) != len(planned):
+        problems.append(f"the dry run planned {planned}, the table ran {sorted(ran)} "
+                        f"({count[0] if count else 'no count'})")
+    log("arrays", planned=len(planned), named_alike_in_the_run=sorted(ran))
     for _ in range(2):  # the host, not the cluster, may be short of memory: resume as the docs say
-        if rc == 0 or OOM not in out:
+        if rc == 0 or not any(m in out for m in OOM):
             break
         log("Ray's memory monitor killed part of the table (host memory), resuming")
-        rc, out = sh(RESUME, 1800, check=False)
+        rc, out = sh(table[:-1] + " --resume'", 2400, check=False)
     errors = [ln for ln in out.splitlines()
               if re.match(r"(error:|Traceback|[A-Z]\w*Error\b|- .* seed \d+: )", ln)]
     assert rc == 0, "\n".join(errors[:40]) + "\n...\n" + out[-3000:]
-    (table,) = json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY], env=env).stdout)
-    kids = table["children"]
-    assert len(kids) == 8 and {k["status"] for k in kids} == {"FINISHED"}, kids  # 4 cells x 2 seeds
-    assert {k["node"] for k in kids} == {f["node_id"] for f in facts.values()}, (kids, facts)
-    assert {"report.md", "report.csv", "report.png"} <= set(table["artifacts"]), table["artifacts"]
-    log("table", runs=len(kids), per_node={m: sum(k["node"] == f["node_id"] for k in kids)
-                                           for m, f in facts.items()})
+    mlflow_uri = f"http://127.0.0.1:{ports['mlflow']}"
+    (parent,) = json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY, mlflow_uri], env=env).stdout)
+    kids = parent["children"]
+    trials = [k["trial"] for k in kids]
+    assert len(kids) == 20 and len(set(trials)) == 20, trials  # 4 cells x 5 seeds, none twice
+    assert {k["status"] for k in kids} == {"FINISHED"}, kids
+    assert {"report.md", "report.csv", "report.png"} <= set(parent["artifacts"]), parent["artifacts"]
+    ids = {f["node_id"]: m for m, f in facts.items()}
+    log("table", runs=len(kids), per_node={ids.get(n, "worker (rejoined)"): sum(k["node"] == n for k in kids)
+                                           for n in {k["node"] for k in kids}})
 
-    # --- down: nothing of the cluster is left on either machine -------------------------------
-    t_down = time.monotonic()
-    sh(DOWN, 300)
-    wait_for(lambda: not cluster_processes(head) and not cluster_processes(worker), 180,
-             "Ray and MLflow to stop on both machines")
-    log("all stopped", after_down_s=round(time.monotonic() - t_down))
-    for m in (head, worker):
-        assert {name for _, name, _ in m.processes()} <= {"sshd"}, m.processes()
-    stop_log = head.home_writes("mlflow/stop-with-head.log").read_text()
-    assert "stopping MLflow and the workers" in stop_log and "could not stop" not in stop_log
+    # --- the closing hint, run on the laptop as printed ---------------------------------------
+    line, commands = hint_commands(out)
+    links = re.findall(r"^ {4}(https?://\S+)\r?$", out, re.M)  # the MLflow links printed below it
+    log("closing hint", line=line, links=len(links))
+    if not links or not all(u.startswith(f"http://localhost:{ports['mlflow']}/") for u in links):
+        problems.append(f"the table's MLflow links are not on its server's port: {links[:2]}")
+    # the head's host key, as after the user's first `ssh` to it (answered `yes`)
+    laptop.run(["sh", "-c", f"ssh-keyscan -H {HEAD_IP} >> ~/.ssh/known_hosts 2>/dev/null"])
+
+    def reachable() -> bool:
+        probe = [sys.executable, "-c", THROUGH_TUNNEL, mlflow_uri, parent["id"]]
+        return laptop.run(probe, check=False, timeout=60).returncode == 0
+
+    def through(cmd: str) -> None:
+        """Run a command of the hint on the laptop, then reach the table's run through it."""
+        if settle(reachable, 120):  # the laptop reaches MLflow only through the tunnel
+            problems.append(f"the laptop reaches the head's MLflow without a tunnel (before `{cmd}`)")
+            return
+        t = time.monotonic()
+        tunnel = laptop.popen(["bash", "-c", cmd], env=env, cwd=str(ROOT), stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        probe = [sys.executable, "-c", THROUGH_TUNNEL, mlflow_uri, parent["id"], *links]
+        try:
+            waiting = settle(lambda: tunnel.poll() is None and laptop.run(
+                probe, check=False, timeout=60).returncode != 0, 120)
+            if waiting or tunnel.poll() is not None:
+                err = tunnel.stderr.read().decode(errors="replace") if tunnel.poll() is not None else ""
+                problems.append(f"the closing hint's `{cmd}` does not open MLflow on the laptop "
+                                f"(exit {tunnel.poll()}): {err[-600:]}")
+                return
+            seen = json.loads(laptop.run(probe, timeout=60).stdout)
+            if seen["status"] != "FINISHED" or "report.md" not in seen["artifacts"]:
+                problems.append(f"through `{cmd}` the table's run is {seen}")
+            log(f"through `{cmd}`", mlflow_health=200, links_open=len(links), run=seen["status"],
+                report="report.md" in seen["artifacts"], seconds=round(time.monotonic() - t))
+        finally:
+            if tunnel.poll() is None and not cmd.startswith("ssh "):  # a shell: left as users do
+                with contextlib.suppress(OSError):
+                    tunnel.stdin.write(b"exit\n")
+                    tunnel.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    tunnel.wait(timeout=60)
+            if tunnel.poll() is None:  # a tunnel alone: Ctrl-C
+                os.killpg(tunnel.pid, signal.SIGINT)
+            tunnel.wait(timeout=60)
+
+    # the plain tunnel first: `ray attach` shares one SSH connection that outlives it a while
+    for cmd in sorted(commands, key=lambda c: not c.startswith("ssh ")):
+        through(cmd)
+
+    # --- a `ray stop` typed on the head stops the whole cluster, and only it -----------------------
+    _, stopped = sh(STOP_ON_HEAD, 300, check=False)
+    log("ray stop on the head said", lines=[ln for ln in stopped.splitlines()
+                                            if ln.startswith(("stopped", "worker ", "nothing"))])
+    nothing_left("a `ray stop` on the head")
+
+    # --- up again, then `ray down` from the laptop ------------------------------------------------
+    up("ray up again")
+    _, downed = sh(DOWN, 300)
+    log("ray down said", lines=[ln for ln in downed.splitlines()
+                                if ln.startswith(("stopped", "worker ", "nothing"))])
+    nothing_left("`ray down`")
     for name, existed in home_before.items():  # the nodes wrote into their views only
         assert os.path.exists(os.path.join(home, name)) == existed, name
-    log("whole test", seconds=round(time.monotonic() - t0))
+    log("whole test", seconds=round(time.monotonic() - t0), problems=len(problems))
+    assert not problems, "\n".join(problems)

@@ -116,8 +116,9 @@ def test_the_example_grid_runs_against_mcse_end_to_end(table):
 
 
 def test_the_docs_example_starts_with_imports_that_work_and_explains_every_head_field():
-    """docs/methods.md shows the example's import lines first (``setting`` from
-    trainables.runtime.checks), and they run; its Head reference names every field of ``Head``."""
+    """docs/methods.md shows the example's import lines first (everything, ``setting``
+    included, from trainables.objectives), and they run; its Head reference names every field
+    of ``Head``."""
     import dataclasses
     import re
     from pathlib import Path
@@ -126,7 +127,7 @@ def test_the_docs_example_starts_with_imports_that_work_and_explains_every_head_
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text()
     first = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    assert "from trainables.runtime.checks import" in first and "setting" in first
+    assert "from trainables.objectives import" in first and "setting" in first
     exec(compile(first, "docs/methods.md", "exec"), {})  # noqa: S102 - the docs' own lines
     reference = text[text.index("### `Head`"):text.index("### What the loss receives")]
     for f in dataclasses.fields(Head):

@@ -8,10 +8,16 @@ are in ``tests/orchestrator/run/test_driver.py`` and ``tests/orchestrator/run/te
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +26,7 @@ import yaml
 
 from orchestrator import ablate, best, report, sync, ui_links
 from tests.orchestrator.refusing import refused, run_in
+from tests.waiting import wait_for
 from trainables import train
 from trainables.config.run_config import RunConfig, load_yaml
 from trainables.runtime.checks import leaf_fields
@@ -49,7 +56,9 @@ PROFILE_ROW = [("lr", ".nan"), ("lr", ".inf"), ("max_length", "0"), ("max_length
 def test_a_profile_with_a_nonsense_value_is_refused_by_the_dry_run(key, value, space, tmp_path,
                                                                    capsys, monkeypatch):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((space / "tiny.yaml").read_text() + f"{key}: {value}\n")
+    profile = yaml.safe_load((space / "tiny.yaml").read_text())
+    profile[key] = yaml.safe_load(value)  # replaced, not appended: a key given twice is refused
+    bad.write_text(yaml.safe_dump(profile))
     line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(bad)),
                    f"config file {bad}: {key}=", capsys, monkeypatch)
     assert "must be" in line and line.endswith("fix it in that file"), line
@@ -626,3 +635,441 @@ def test_a_file_where_a_folder_should_be_is_named_as_a_file(space, tmp_path, cap
 def test_a_folder_given_for_a_file_is_named_as_a_folder(space, tmp_path, capsys, monkeypatch):
     refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(space)),
             f"config file {space} is a folder; pass the YAML file inside it", capsys, monkeypatch)
+
+
+# --- issue 40: a store another process holds locked is in use, not damaged -------------------------
+HOLDER = """
+import sqlite3, sys
+if sys.argv[2] != "-":  # as an mmemb command running a plan on the store would hold it
+    from orchestrator.run.driver import DriverLock, lock_paths
+    from pathlib import Path
+    lock = DriverLock(lock_paths(sys.argv[2], Path(sys.argv[1]), "s3://x"), "the table")
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@pytest.fixture(scope="module")
+def a_store(tmp_path_factory) -> Path:
+    """A store with the mmemb experiment and one table parent, made once (MLflow takes seconds
+    to create one); each test copies it."""
+    from orchestrator.tracking.client import Tracker
+
+    d = tmp_path_factory.mktemp("a-store")
+    tr = Tracker(f"sqlite:///{d / 'mlflow.db'}")
+    tr.end(tr.start_parent("table3 (demo)", "table", "plan", {"mmemb.grid": "kdmcse_table3"}))
+    return d / "mlflow.db"
+
+
+@contextlib.contextmanager
+def holding(db: Path, plan: str = "-"):
+    """A second process holding ``BEGIN EXCLUSIVE`` on ``db`` (and, with ``plan``, the driver
+    lock of that plan beside it) until the block ends; yields the process. It says when it holds
+    the lock: the test waits for that line, not for time."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), plan], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    try:
+        assert proc.stdout.readline().strip() == "held", "the holder could not lock the store"
+        yield proc
+    finally:
+        proc.stdin.close()
+        proc.wait()
+
+
+@pytest.mark.parametrize("command", ["dry-run", "run", "report", "ui_links"])
+def test_a_store_held_locked_by_another_process_is_in_use_not_damaged(command, a_store, space,
+                                                                       tmp_path, capsys,
+                                                                       monkeypatch):
+    """Round 4: a healthy store held by another writer was called damaged after ~35 s, with
+    advice to move it aside, which splits a lab's results into two stores."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(a_store, db)
+    monkeypatch.setenv("MMEMB_STORE_BUSY_S", "0.5")  # the bounded wait, short for the test
+    main, argv = {
+        "dry-run": (ablate.main, table(space, tmp_path, "--dry-run")),
+        "run": (ablate.main, table(space, tmp_path)),
+        "report": (report.main, ["--run", "0" * 32, "--tracking-uri", f"sqlite:///{db}"]),
+        "ui_links": (ui_links.main, ["--run", "0" * 32, "--tracking-uri", f"sqlite:///{db}"]),
+    }[command]
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    with holding(db) as holder:
+        line = refused(tmp_path, main, argv, f"{db} is in use: process {holder.pid} (python -c",
+                       capsys, monkeypatch)
+    assert "did not let go within 0.5 s ($MMEMB_STORE_BUSY_S sets the wait)" in line
+    assert "a locked store is not damaged, so keep the file where it is" in line
+    assert f"wait for it to finish and run this again (or, if it is stuck, stop it: kill " \
+           f"{holder.pid})" in line
+    assert "damaged SQLite" not in line and "mv " not in line and "restore" not in line
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_a_store_held_by_a_running_mmemb_command_names_that_command(a_store, tmp_path, capsys,
+                                                                    monkeypatch):
+    """A colleague's table on the same store: its driver lock says who it is (host, start,
+    command line)."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(a_store, db)
+    monkeypatch.setenv("MMEMB_STORE_BUSY_S", "0.5")
+    with holding(db, plan="plan-of-a-colleague") as holder:
+        line = refused(tmp_path, report.main, ["--run", "0" * 32, "--tracking-uri",
+                                               f"sqlite:///{db}"],
+                       f"process {holder.pid} on host {socket.gethostname()} since", capsys,
+                       monkeypatch)
+        assert "an mmemb command running plan plan-of-a-colleague on this store" in line
+        # an MLflow call that met the lock later (MLflow's own wait ran out) says the same
+        from mlflow.exceptions import MlflowException
+
+        from orchestrator import cli
+
+        def locked() -> int:
+            raise MlflowException("(sqlite3.OperationalError) database is locked")
+
+        assert cli.guarded(locked) == 2
+        err = capsys.readouterr().err
+        assert f"{db} is in use: process {holder.pid} on host" in err and "MLflow:" not in err
+
+
+def test_only_a_store_failing_sqlites_integrity_check_is_called_damaged(space, tmp_path, capsys,
+                                                                        monkeypatch):
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (x TEXT)")
+    con.executemany("INSERT INTO t VALUES (?)", [(f"row {i}" * 20,) for i in range(2000)])
+    con.commit()
+    con.close()
+    raw = bytearray(db.read_bytes())
+    raw[4096 * 3 : 4096 * 3 + 64] = b"\xff" * 64  # one page of the table overwritten
+    db.write_bytes(bytes(raw))
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run"),
+                   f"{db} is a damaged SQLite database", capsys, monkeypatch)
+    assert f"mv {db} {db}.bad" in line and "in use" not in line
+
+
+def test_a_truncated_default_store_names_the_option_that_points_elsewhere(space, tmp_path,
+                                                                          capsys, monkeypatch):
+    (tmp_path / "mlflow.db").write_bytes(_sqlite_header(10) + b"\0" * 4000)
+    argv = [*table(space, tmp_path)[:-2], "--dry-run"]  # no --tracking-uri: ./mlflow.db
+    line = refused(tmp_path, ablate.main, argv, "the default tracking store", capsys, monkeypatch)
+    assert "is cut short" in line and line.endswith(
+        "or pass --tracking-uri sqlite:///PATH/mlflow.db to use another file"), line
+
+
+# --- issue 40: a grid or search file is code the user wrote -----------------------------------
+EXITING = {
+    "sys.exit(0)": ("import sys\n\nsys.exit(0)\n",
+                    "line 3: calls sys.exit(0) while it is imported, which would end this command "
+                    "as a success, having checked nothing"),
+    "sys.exit(1)": ("import sys\n\nsys.exit(1)\n",
+                    "line 3: calls sys.exit(1) while it is imported, which would end this command "
+                    "with exit status 1 and no word of why"),
+    "argparse": ("import argparse\n\np = argparse.ArgumentParser()\np.add_argument('--lr', "
+                 "required=True)\nARGS = p.parse_args()\n",
+                 "line 5: parses a command line with argparse while it is imported, and argparse "
+                 "exited on this command's own arguments (the following arguments are required: "
+                 "--lr)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXITING))
+def test_a_grid_file_that_exits_at_import_is_refused_naming_it(case, space, tmp_path, capsys,
+                                                               monkeypatch):
+    """Round 4: sys.exit(0) at import made ablate exit 0 having checked nothing; sys.exit(1) exit
+    1 saying nothing; argparse printed its usage naming neither file."""
+    text, message = EXITING[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "my_grid.py"
+    path.write_text(text)
+    argv = ["--grid", str(path), *table(space, work, "--dry-run")[2:]]
+    line = refused(work, ablate.main, argv, f"{path}: {message}", capsys, monkeypatch)
+    assert line.endswith('a grid file is imported, not run as a script: move that part under '
+                         'if __name__ == "__main__": (or out of the file); fix that file'), line
+    # the whole of stderr is that line: no argparse usage above it
+    monkeypatch.chdir(work)
+    assert ablate.main(argv) == 2
+    assert capsys.readouterr().err.strip() == line
+
+
+def test_a_search_space_file_and_a_method_file_that_exit_are_refused_naming_them(
+        space, tmp_path, capsys, monkeypatch):
+    from orchestrator import search
+
+    path = tmp_path / "my_space.py"
+    path.write_text(EXITING["sys.exit(0)"][0])
+    refused(tmp_path, search.main, ["--space", str(path), "--profile", str(space / "tiny.yaml"),
+                                    "--dry-run"],
+            f"{path}: line 3: calls sys.exit(0) while it is imported", capsys, monkeypatch)
+    method = tmp_path / "my_method.py"
+    method.write_text(EXITING["argparse"][0])
+    line = refused(tmp_path, ablate.main, ["--methods", str(method),
+                                           *table(space, tmp_path, "--dry-run")],
+                   f"{method}: line 5: parses a command line with argparse", capsys, monkeypatch)
+    assert "a method file is imported" in line
+
+
+def test_ctrl_c_during_a_slow_grid_import_names_the_file_and_advises_no_resume(space, tmp_path):
+    """Round 4: a KeyboardInterrupt during a slow grid import advised --resume, with nothing to
+    resume. A real SIGINT to a real command, sent once the grid file says it is running."""
+    mark = tmp_path / "importing"
+    grid = tmp_path / "slow_grid.py"
+    grid.write_text(f"import pathlib\nimport time\n\npathlib.Path({str(mark)!r}).touch()\n"
+                    "while True:\n    time.sleep(0.05)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.ablate", "--grid", str(grid),
+                             *table(space, tmp_path, "--dry-run")[2:]], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: mark.exists() or proc.poll() is not None, "the grid file's import")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip() == (f"interrupted (Ctrl-C) while importing the grid file {grid}, at line 6: "
+                           "nothing was started or written, so there is nothing to --resume; run "
+                           "the command again"), err[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["importing", "slow_grid.py"]
+
+
+# --- issue 40: inputs that cannot mean what they say ---------------------------------------------
+@pytest.mark.parametrize("where", ["--storage", "--tracking-uri", "--profile"])
+def test_a_path_with_an_unexpanded_tilde_is_refused(where, space, tmp_path, capsys, monkeypatch):
+    """``--storage '~/runs'`` (as a YAML file or a script passes it) planned a folder named ~."""
+    argv = table(space, tmp_path, "--dry-run")
+    value = {"--storage": "~/runs", "--tracking-uri": "sqlite:///~/mlflow.db",
+             "--profile": "~/tiny.yaml"}[where]
+    argv[argv.index(where) + 1] = value
+    line = refused(tmp_path, ablate.main, argv, f"{value}: the leading ~ was not expanded",
+                   capsys, monkeypatch)
+    home = str(Path("~").expanduser())
+    assert f"a folder called '~' in {tmp_path}" in line
+    assert line.endswith(f"write {value.replace('~', home)} instead"), line
+
+
+NAMED = {
+    "blank": ("'   '", "cell '   ' is blank"),
+    "newline-and-nul": ("'A\\nB\\x00'", "cell 'A\\nB\\x00' holds control characters ('\\x00', "
+                                         "'\\n')"),
+    "trailing-space": ("'A '", "cell 'A ' starts or ends with a space"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NAMED))
+def test_a_cell_name_that_cannot_head_a_column_is_refused(case, space, tmp_path, capsys,
+                                                          monkeypatch):
+    """A cell named '   ', or holding a newline and a NUL, passed the dry run (its report column
+    was blank)."""
+    name, message = NAMED[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "my_grid.py"
+    path.write_text(GRID_HEAD + "GRID = Grid(name='mine', title='t', baseline='A', cells=(\n"
+                    "    Cell('A', {'objective.method': 'mcse'}),\n"
+                    f"    Cell({name}, {{'objective.method': 'kdmcse'}})))\n")
+    argv = ["--grid", str(path), *table(space, work, "--dry-run")[2:]]
+    line = refused(work, ablate.main, argv, message, capsys, monkeypatch)
+    assert str(path) in line and "rename it in the grid file" in line
+
+
+@pytest.mark.parametrize("text", ["", "# my profile, to fill in later\n# lr: 1e-4\n"],
+                         ids=["empty", "comments-only"])
+def test_an_empty_profile_is_refused_as_empty_suggesting_a_base(text, space, tmp_path, capsys,
+                                                                  monkeypatch):
+    prof = tmp_path / "mine.yaml"
+    prof.write_text(text)
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(prof)),
+                   f"config file {prof} is {'empty' if not text else 'only comments'}: it sets "
+                   "nothing", capsys, monkeypatch)
+    assert "start it with base: demo (or base: paper)" in line and "store" not in line
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("base: demo\nlr: 1.0e-4\nbatch_size: 8\nlr: 3.0e-5\n", "'lr' is given twice (lines 2 and 4)"),
+    ("base: demo\ndata.demo_dim: 32\ndata:\n  demo_dim: 64\n",
+     "'data.demo_dim' is given twice (as data.demo_dim and as data: {demo_dim})"),
+], ids=["same-key", "dotted-and-nested"])
+def test_a_key_given_twice_in_a_profile_is_refused(text, message, space, tmp_path, capsys,
+                                                   monkeypatch):
+    prof = tmp_path / "mine.yaml"
+    prof.write_text(text)
+    refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(prof)),
+            f"config file {prof}: {message}", capsys, monkeypatch)
+
+
+def test_a_bad_profile_found_through_mmemb_profile_says_so(space, tmp_path, capsys, monkeypatch):
+    prof = tmp_path / "lab.yaml"
+    prof.write_text("base: demo\nlr: .nan\n")
+    monkeypatch.setenv("MMEMB_PROFILE", str(prof))
+    argv = table(space, tmp_path, "--dry-run")
+    del argv[argv.index("--profile"):argv.index("--profile") + 2]
+    line = refused(tmp_path, ablate.main, argv, f"config file {prof}: lr=nan must be", capsys,
+                   monkeypatch)
+    assert line.endswith(f"(the profile comes from $MMEMB_PROFILE={prof}, read when no "
+                         "--profile is given)"), line
+
+
+def test_a_batch_larger_than_the_data_is_refused(space, tmp_path, capsys, monkeypatch):
+    """batch_size: 5000 on the 800-pair demo store trained on batches of whatever the data held
+    (fewer in-batch negatives than asked)."""
+    prof = tmp_path / "big.yaml"
+    prof.write_text(f"base: {space / 'tiny.yaml'}\nbatch_size: 5000\n")
+    line = refused(tmp_path, ablate.main, table(space, tmp_path, "--dry-run", profile=str(prof)),
+                   "batch_size=5000 is larger than the 800 caption-image pairs of the generated "
+                   "demo corpus", capsys, monkeypatch)
+    assert "set batch_size=800 or less" in line
+
+
+def test_what_the_run_does_unasked_is_said_in_notes(space, tmp_path, capsys, monkeypatch):
+    """use_gpu without a GPU trained on the CPU without a word; max_steps 8 with eval_every 100
+    evaluated dev only at the last step, silently."""
+    from orchestrator.run.resources import local_resources
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"base: {space / 'tiny.yaml'}\nuse_gpu: true\nmax_steps: 8\neval_every: 100\n")
+    gpu = local_resources()["GPU"] > 0
+    extra = ["--gpus-per-trial", "0"] if gpu else []
+    rc, out, err = run_in(tmp_path, ablate.main,
+                          table(space, tmp_path, "--dry-run", *extra, profile=str(prof)), capsys,
+                          monkeypatch)
+    assert rc == 0, err[-2000:]
+    cells = "['MCSE', 'KDMCSE', 'without AdapACSE', 'without threshold filtering']"
+    assert (f"note: cell(s) {cells}: eval_every=100 but each run is 8 steps, so no STS-B dev "
+            "evaluation falls inside the run: the only one is at its last step, which is then its "
+            "best checkpoint; set eval_every=4 or lower") in err, err
+    why = "--gpus-per-trial 0 gives their workers none" if gpu else "this machine has no GPU"
+    assert f"note: cell(s) {cells}: use_gpu=true, but {why}, so they train on the CPU" in err
+
+
+def test_resume_with_nothing_left_to_train_starts_no_ray(space, tmp_path, capsys, monkeypatch):
+    """Ray started (seconds, and ~1 GB) when 0 runs were left to train."""
+    import trainables.runtime.ray_env as ray_env
+
+    parent = _store_with_table(space, tmp_path, [0, 1], finished=(0, 1))
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started for nothing")
+
+    monkeypatch.setattr(ray_env, "init_ray", no_ray)
+    rc, out, err = run_in(tmp_path, ablate.main, table(space, tmp_path, "--seeds", "0", "1",
+                                                       "--resume"), capsys, monkeypatch)
+    assert "8 already done, 0 to run" in out and f"MLflow parent run {parent}" in out, err
+    assert "starting Ray" not in out and "Traceback" not in err, err[-2000:]
+    assert rc in (0, 1), err[-2000:]  # the report of runs that logged no scores is incomplete
+
+
+def test_finalists_fewer_than_planned_say_why():
+    """The search's dry run promised 3 finalists where the run took 2, silently."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from orchestrator.run.rounds import pick_finalists
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for value, state in [(70.0, TrialState.COMPLETE), (71.0, TrialState.COMPLETE),
+                         (None, TrialState.PRUNED), (None, TrialState.PRUNED),
+                         (None, TrialState.FAIL)]:
+        t = study.ask()
+        study.tell(t, value, state=state) if value is not None else study.tell(t, state=state)
+    finalists, note = pick_finalists(study, 3)
+    assert [t.value for t in finalists] == [71.0, 70.0]
+    assert note == ("2 finalists, not the 3 planned: only 2 configurations completed their round "
+                    "(2 pruned by successive halving and 1 failed); a pruned or failed "
+                    "configuration has no full-length score, so it is not eligible "
+                    "(--no-halving trains every configuration to the end)")
+    assert pick_finalists(study, 2)[1] == ""
+
+
+def test_the_search_dry_run_says_finalists_may_be_fewer(space, tmp_path, capsys, monkeypatch):
+    from orchestrator import search
+
+    argv = ["--space", "kdmcse_search", "--profile", str(space / "tiny.yaml"), "--num-samples",
+            "4", "--finalists", "3", "--storage", str(tmp_path / "runs"), "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}", "--dry-run"]
+    rc, out, err = run_in(tmp_path, search.main, argv, capsys, monkeypatch)
+    assert rc == 0, err[-2000:]
+    assert "then 3 finalists x" in out
+    assert ("(finalists: the best 3 configurations that complete their round; one pruned by "
+            "successive halving is not eligible, so there may be fewer)") in out
+
+
+# --- issue 40: the report, its interrupt, its stale error ------------------------------------------
+def test_ctrl_c_while_the_report_is_written_is_held_then_exits_130(capsys):
+    """Tune's SIGINT handler outlives fit(): a Ctrl-C while the report was written set an event
+    nobody read, and the command ended 0. Now the report is finished, then the command says so
+    and exits 130; a second Ctrl-C stops at once."""
+    from orchestrator.run.campaign import Session
+
+    swallowed = []
+    before = signal.signal(signal.SIGINT, lambda *a: swallowed.append(a))  # as Tune leaves it
+    try:
+        steps = []
+
+        def finish(spec, extra_md="", lead_md=""):
+            steps.append("tables")
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C half-way through the report
+            wait_for(lambda: capsys.readouterr().err or None, "the note on Ctrl-C", poll_s=0.01)
+            steps.append("report stored")
+            return 0
+
+        s = object.__new__(Session)
+        s._finish = finish
+        assert s.finish({}) == 130
+        assert steps == ["tables", "report stored"] and not swallowed
+        err = capsys.readouterr().err
+        assert ("note: interrupted (Ctrl-C) while the report was written: it was finished first; "
+                "every run had ended, so there is nothing to --resume (exit 130)") in err
+
+        def twice(spec, extra_md="", lead_md=""):
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_for(lambda: capsys.readouterr().err or None, "the note on Ctrl-C", poll_s=0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_for(lambda: False, "the second Ctrl-C", poll_s=0.01)
+
+        s._finish = twice
+        with pytest.raises(KeyboardInterrupt):
+            s.finish({})
+        assert signal.getsignal(signal.SIGINT).__name__ == "<lambda>"  # put back as it was
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_report_clears_a_stale_report_error_and_prints_no_progress_bar(tmp_path, capsys,
+                                                                      monkeypatch):
+    """After a read-only artifact folder was fixed, report brought every run to FINISHED but
+    the parent kept its mmemb.report_error tag; MLflow's "Downloading artifacts" bars printed
+    above the command's own lines."""
+    from orchestrator.results.table_report import grid_spec
+    from orchestrator.spec.registry import load_grid
+    from orchestrator.tracking.client import Tracker
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tr = Tracker(uri)
+    parent = tr.start_parent("table3 (demo)", "table", "plan", {"mmemb.grid": "kdmcse_table3"})
+    tr.log_artifact_text(parent, "grid.json", json.dumps(grid_spec(load_grid("table3"))))
+    tr.client.set_tag(parent, "mmemb.report_error", "PermissionError: [Errno 13] read-only")
+    tr.end(parent, "FAILED")
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    rc, out, err = run_in(tmp_path, report.main, ["--run", parent, "--tracking-uri", uri], capsys,
+                          monkeypatch)
+    assert rc == 0, err[-2000:]
+    assert "mmemb.report_error" not in tr.client.get_run(parent).data.tags
+    assert "Downloading artifacts" not in err + out and "%|" not in err, err[-2000:]
+
+
+def test_no_progress_bar_precedes_the_error_line(a_table, tmp_path, capsys, monkeypatch):
+    d, parent, _ = a_table  # a parent without grid.json: read back (a download), then refused
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    line = refused(tmp_path, report.main, ["--run", parent, "--tracking-uri",
+                                           f"sqlite:///{d / 'mlflow.db'}"],
+                   "is not a table parent run (no grid.json artifact)", capsys, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    report.main(["--run", parent, "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}"])
+    assert capsys.readouterr().err.strip() == line

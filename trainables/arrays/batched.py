@@ -19,8 +19,10 @@ A group of one runs batched as well, so that a member computes the same way alon
 array (the two kernels of a batched and an unbatched matmul may round differently, and a dev
 Spearman can turn on such a rounding). A method whose functions vmap cannot run (a plug-in that
 branches on a tensor's value or draws from the generator without declaring it) runs the
-per-member loop: the first failure is printed once and the method's members then train one by
-one, as correct and slower.
+per-member loop: the method's members then train one by one, as correct and slower. The pre-start
+check tries the same vmap before anything trains (``method_check.try_batched``, through
+:func:`vmapped_terms`), so the dry run and the driver's console say it first; the array keeps the
+reason, whole (:func:`vmap_reason`), and its reports carry it to MLflow.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -126,6 +129,37 @@ def member_terms(template: torch.nn.Module, m0: Member, pair: bool) -> Callable[
         return terms, frac
 
     return one
+
+
+def vmapped_terms(heads: Sequence[torch.nn.Module], m0: Member, pair: bool,
+                  inputs: dict[str, Any]) -> tuple[Terms, dict[str, torch.Tensor],
+                                                   dict[str, torch.Tensor]]:
+    """A group's terms under ``vmap``: the members' ``heads`` (one ``MethodHeads`` each) stacked,
+    :func:`member_terms` run once over them. -> (terms, filter shares, the stacked buffers,
+    whose updated running statistics the caller copies back). The array's step and the pre-start
+    check (``method_check.try_batched``) both run a method this way."""
+    template = heads[0]
+    params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
+              for k, _ in template.named_parameters()}
+    buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
+               for k, _ in template.named_buffers()}
+    terms, frac = vmap(member_terms(template, m0, pair))(params, buffers, inputs)
+    return terms, frac, buffers
+
+
+def vmap_reason(e: BaseException) -> str:
+    """Why vmap could not run a method, whole, on one line, with the line of the method's own
+    file that did it (the innermost frame outside torch and mmemb)."""
+    import traceback
+
+    from trainables.runtime.command_line import one_line
+
+    ours = str(Path(__file__).resolve().parents[1])
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith((ours, str(Path(torch.__file__).parent), "<"))]
+    where = f" (at {Path(frames[-1].filename).name} line {frames[-1].lineno}: " \
+            f"{(frames[-1].line or '').strip()})" if frames else ""
+    return f"{type(e).__name__}: {' '.join(one_line(e).split())}{where}"
 
 
 class MethodGroups:
@@ -244,23 +278,16 @@ class MethodGroups:
                 perms = perms.pin_memory()  # an asynchronous copy: the host does not wait
             inputs["perms"] = perms.to(cls.device, non_blocking=True)
         heads = [tr.model.heads[j] for j in js]
-        template = heads[0]
-        params = {k: _stacked_leaf([dict(hd.named_parameters())[k] for hd in heads])
-                  for k, _ in template.named_parameters()}
-        buffers = {k: torch.stack([dict(hd.named_buffers())[k] for hd in heads])
-                   for k, _ in template.named_buffers()}
         try:
-            terms, frac = vmap(member_terms(template, m0, pair))(params, buffers, inputs)
+            terms, frac, buffers = vmapped_terms(heads, m0, pair, inputs)
             fracs = frac.get("masked")
         except Exception as e:  # noqa: BLE001 - any failure: the method's members run one by one
             for m, st in zip(members, states, strict=False):
                 m.method_rng.set_state(st)  # undraw: the loop draws the same permutations
             name = m0.method.name
-            self.looped[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            self.looped[name] = vmap_reason(e)  # the array's reports carry it to the driver
             if tr.rank == 0:
-                print(f"method {name!r}: its members' heads and losses run one by one, not as one "
-                      f"batched computation (torch.func.vmap cannot run them: "
-                      f"{self.looped[name]})", flush=True)
+                print(f"method {name!r}: one by one: {self.looped[name]}", flush=True)
             return None
         if buffers:  # BatchNorm's running statistics, updated in the stacked copies
             for k, stacked in buffers.items():

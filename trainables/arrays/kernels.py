@@ -14,6 +14,8 @@ scale, copy or take the norm of many tensors is a kernel per tensor. So the arra
   call ``torch.autograd.grad`` (off by default in torch 2.13), and ``recompile_limit``, for the
   captured whole step of ``compile=graphs`` (``capture.py``). Where the switch is missing, the
   encoder alone is captured, and a line says why.
+- ``torch.utils._python_dispatch.TorchDispatchMode``: counting the operators a method's heads and
+  loss run (``method_check.py``'s cost of one by one), which no public API sees below autograd.
 
 Each is looked up once, here, and its schema (``torch.ops.aten``) is compared with the call this
 module makes: the names and types of its positional arguments in their order (the fused kernel
@@ -32,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 LIST = "List[Tensor]"
 
@@ -195,3 +198,18 @@ def announce(say: Callable[[str], None] = _print) -> None:
     if not _announced:
         _announced = True
         say(optimizer_path())
+
+
+class KernelCount(TorchDispatchMode):
+    """Counts the operators that compute, forward and backward (each a kernel launch on a GPU),
+    inside ``with KernelCount(not_counted) as c:``; ``c.count`` after. ``not_counted``: operator
+    names that compute nothing (views, metadata, allocations)."""
+
+    def __init__(self, not_counted: frozenset[str]) -> None:
+        super().__init__()
+        self.not_counted, self.count = not_counted, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.overloadpacket.__name__ not in self.not_counted:
+            self.count += 1
+        return func(*args, **(kwargs or {}))

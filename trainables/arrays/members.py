@@ -98,16 +98,32 @@ class MemberRecord:
         self.term_steps.append({k: v.detach() for k, v in terms.items()})
         self.term_count += 1
 
-    def pop_means(self) -> dict[str, float]:
+    def pop_means(self, step: int | None = None, every: int = 0) -> dict[str, float]:
+        """Each loss term's mean over the steps since the last report (``loss/<term>``); with
+        ``step`` (the step now) and ``every``, the means over each ``every`` steps as well, as
+        ``loss/<term>@<step of the chunk's last step>``, so a run's term history is a curve
+        (read back in the same one transfer)."""
         n = max(self.term_count, 1)
-        keys = [k for t in self.term_steps for k in t]
-        vals = (torch.stack([v.float() for t in self.term_steps for v in t.values()]).tolist()
+        per_step = [list(t.items()) for t in self.term_steps]
+        keys = [k for t in per_step for k, _ in t]
+        vals = (torch.stack([v.float() for t in per_step for _, v in t]).tolist()
                 if keys else [])
         sums: dict[str, float] = {}
         for k, v in zip(keys, vals, strict=True):
             sums[k] = sums.get(k, 0.0) + v
-        self.term_steps = []
         out = {f"loss/{k}": v / n for k, v in sums.items()}
+        if every > 0 and step is not None and per_step:
+            first = step - len(per_step) + 1
+            chunks: dict[int, dict[str, list[float]]] = {}
+            it = iter(vals)
+            for i, terms in enumerate(per_step):
+                end = min(step, -(-(first + i) // every) * every)  # the chunk's last step
+                for k, _ in terms:
+                    chunks.setdefault(end, {}).setdefault(k, []).append(next(it))
+            for end, terms in chunks.items():
+                for k, got in terms.items():
+                    out[f"loss/{k}@{end}"] = sum(got) / len(got)
+        self.term_steps = []
         if self.masked:
             out["filter/masked_fraction"] = sum(self.masked) / len(self.masked)
         self.term_count, self.masked = 0, []

@@ -109,11 +109,11 @@ class StackedTeachers:
         device = self.teachers[0].device
         ids, mask = input_ids.to(device), attention_mask.to(device)
         raw = self.encoder(ids, mask)  # (teachers, N, L, H); no generators: no dropout
-        hidden = raw.float()
+        hidden = raw.to(torch.promote_types(raw.dtype, torch.float32))  # float64 stays float64
         avg = None
         if any(t.pooler == "avg" for t in self.teachers):
             # masked mean over the real tokens, [CLS]/[SEP] included, as TextTeacher.encode_ids
-            m = mask.unsqueeze(-1).float()
+            m = mask.unsqueeze(-1).to(hidden.dtype)
             avg = (hidden * m).sum(2) / m.sum(1).clamp(min=1e-7)
         local_mask = attention_mask[:, 1:].to(device)
         out = []
@@ -121,7 +121,7 @@ class StackedTeachers:
             if t.pooler == "cls_before_pooler":
                 emb = hidden[i, :, 0]
             elif t.pooler == "cls":  # HF's pooler output, with this teacher's pooler weights
-                emb = t.model.pooler(raw[i]).float()
+                emb = t.model.pooler(raw[i]).to(hidden.dtype)
             else:
                 emb = avg[i]
             out.append(TeacherOutput(emb, hidden[i, :, 1:], local_mask))

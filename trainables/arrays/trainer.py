@@ -55,6 +55,9 @@ Progress = Callable[[dict[str, Any]], None]
 view; ``evaluating`` names the final evaluation under way ("STS", "transfer SST2 (5/7)")"""
 PROGRESS_S = 10.0
 """seconds between two progress calls while the array trains"""
+LOSS_POINTS = 20
+"""points of each loss term's history a run logs (means over total_steps / LOSS_POINTS steps),
+read back with the evaluations' reports: a curve, not one point per evaluation"""
 
 
 
@@ -70,6 +73,7 @@ class ArrayTrainer:
         built = build_array(members, self.device, rank)
         self.cfg, self.members, self.total_steps = built.cfg, built.members, built.total_steps
         self.tokenizer, self.tokenize, self.amp = built.tokenizer, built.tokenize, built.amp
+        self.loss_every = max(1, self.total_steps // LOSS_POINTS)
         self.note = built.note
         """why this array trains slower than a stacked one, or None (printed once, at build)"""
         self.student_configs = built.student_configs
@@ -227,10 +231,12 @@ class ArrayTrainer:
 
     def _eval_and_report(self, report: Report, workdir: Path, epoch: int, t0: float) -> None:
         metrics: dict[str, Any] = {"step": self.step, "epoch": epoch, "members": []}
+        if self.objectives.looped:  # methods vmap could not run: the driver tags their runs
+            metrics["one_by_one"] = dict(self.objectives.looped)
         lrs = self.optimizer.current_lrs()
         scores = self.evaluate_dev() if self.rank == 0 else [math.nan] * len(self.alive)
         for j, m in enumerate(self.alive):
-            mm = {"key": m.key, "lr": lrs[j], **m.record.pop_means()}
+            mm = {"key": m.key, "lr": lrs[j], **m.record.pop_means(self.step, self.loss_every)}
             if self.rank == 0:
                 r = m.record
                 if scores[j] > r.best:

@@ -99,17 +99,35 @@ def profile_layers(profile: str | None, seen: tuple[Path, ...] = ()
     """:func:`profile_overrides` plus, per setting, where it came from: ``profile mine`` when the
     file names it, ``profile mine (base demo)`` when it is inherited (``--dry-run --explain``)."""
     if profile is None:
-        profile = os.environ.get("MMEMB_PROFILE") or (
-            "mmemb.yaml" if Path("mmemb.yaml").is_file() else "demo"
-        )
+        chosen = os.environ.get("MMEMB_PROFILE")
+        source = f"$MMEMB_PROFILE={chosen}" if chosen else "./mmemb.yaml in this folder"
+        chosen = chosen or ("mmemb.yaml" if Path("mmemb.yaml").is_file() else "demo")
+        try:
+            return profile_layers(chosen, seen)
+        except (ValueError, FileNotFoundError) as e:  # say where the file came from: no option named it
+            if chosen == "demo":
+                raise
+            raise type(e)(f"{e} (the profile comes from {source}, read when no --profile is "
+                          "given)") from None
     if profile in ("demo", "paper"):
         values = dict(DEMO) if profile == "demo" else paper_profile()
         return profile, values, dict.fromkeys(values, f"profile {profile}")
+    from trainables.runtime.command_line import unexpanded_home
+
+    unexpanded_home(profile, "profile")
     if not (profile.endswith((".yaml", ".yml")) or Path(profile).exists()):
         raise ValueError(f"unknown profile {profile!r}; use demo, paper or a path to a YAML file")
     path, name = Path(profile), Path(profile).stem
     own = load_yaml(path, reserved=("base",))
     base = own.pop("base", None)
+    if base is None and not own:  # every default: BERT-base and no data, refused much later
+        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+        said = ("empty" if not lines else "only comments" if all(ln.startswith("#") for ln in lines)
+                else "without settings")
+        raise ValueError(f"config file {path} is {said}: it sets nothing, so the runs would take "
+                         "every default (bert-base-uncased, no data); a profile changes a base: "
+                         "start it with base: demo (or base: paper) and add the settings it "
+                         "changes")
     if base is None:
         return name, own, dict.fromkeys(own, f"profile {name}")
     if not isinstance(base, str) or not base.strip():

@@ -238,7 +238,10 @@ def load_yaml(path: str | Path, reserved: tuple[str, ...] = ()) -> dict[str, Any
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist; pass an existing YAML file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_loader()) or {}
+    except _Twice as e:
+        raise ValueError(f"config file {path}: {e}; YAML would keep only the last one, silently: "
+                         "keep one of them in that file") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -248,6 +251,7 @@ def load_yaml(path: str | Path, reserved: tuple[str, ...] = ()) -> dict[str, Any
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
     kept = {k: data.pop(k) for k in reserved if k in data}
+    _check_spelled_once(data, path)
     flat = flatten(data)
     for key, value in flat.items():  # a misspelled key or a bad value: say which file
         try:
@@ -255,6 +259,65 @@ def load_yaml(path: str | Path, reserved: tuple[str, ...] = ()) -> dict[str, Any
         except ValueError as e:
             raise ValueError(f"config file {path}: {e}; fix it in that file") from None
     return flat | kept
+
+
+class _Twice(ValueError):
+    """A key given twice in one mapping of a YAML file."""
+
+
+def _unique_keys() -> type:
+    """A safe YAML loader that refuses a key given twice in one mapping (``lr: 1e-4`` ... ``lr:
+    3e-5``): PyYAML keeps the last silently, so the file would not say what it seems to."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": YAML's own merge of a mapping
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise _Twice(f"{key!r} is given twice (lines {lines[key]} and {line})")
+            lines[key] = line
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return UniqueKeys
+
+
+class _LazyLoader:
+    """Built on first use: importing this module does not import PyYAML."""
+
+    loader: type | None = None
+
+
+def _loader() -> type:
+    if _LazyLoader.loader is None:
+        _LazyLoader.loader = _unique_keys()
+    return _LazyLoader.loader
+
+
+def _check_spelled_once(data: Mapping[str, Any], path: Path, parts: tuple[str, ...] = (),
+                        seen: dict[str, str] | None = None) -> None:
+    """A setting named twice in two spellings (``data.demo: true`` and ``data: {demo: false}``)
+    would keep whichever ``flatten`` met last: refuse it as a key given twice."""
+    seen = {} if seen is None else seen
+    for k, v in data.items():
+        here = (*parts, str(k))
+        if isinstance(v, Mapping) and v:
+            _check_spelled_once(v, path, here, seen)
+            continue
+        key = ".".join(here)
+        spelled = here[0] + "".join(f": {{{p}" for p in here[1:]) + "}" * (len(here) - 1)
+        if key in seen:
+            raise ValueError(f"config file {path}: {key!r} is given twice (as {seen[key]} and as "
+                             f"{spelled}); only one would be kept, silently: keep one of them in "
+                             "that file")
+        seen[key] = spelled
 
 
 def check_key(key: str, value: Any) -> None:

@@ -149,6 +149,27 @@ def _shuffled_image_rows(pairs: FeatureStore) -> np.ndarray:
     return first[perm[inverse]]
 
 
+def check_batch_fits(cfg: RunConfig, data: TrainingData) -> None:
+    """A batch larger than the data it is drawn from would hold the whole source instead (the
+    batch stream cannot draw more rows than there are): fewer in-batch negatives than
+    ``batch_size`` says, so a different contrastive task. Refused before anything starts
+    (``orchestrator.run.preflight``, ``trainables.train``), naming the source and its size;
+    not in :func:`check_dims`, which the trainer also calls on stand-in data (bench/)."""
+    sources = []
+    if data.text is not None:
+        sources.append((data.n_text, "sentences of", "the generated demo corpus" if cfg.data.demo
+                        else f"the text corpus {getattr(data.text, 'path', cfg.data.text)}"))
+    if data.pairs is not None:
+        sources.append((data.n_pair, "caption-image pairs of", "the generated demo corpus"
+                        if cfg.data.demo else f"the store {data.pairs.path}"))
+    for rows, what, where in sorted(sources):  # the smallest source bounds the batch
+        if cfg.batch_size > rows:
+            raise ValueError(
+                f"batch_size={cfg.batch_size} is larger than the {rows} {what} {where}: a batch "
+                f"would hold only those {rows} rows, so fewer in-batch negatives than asked; set "
+                f"batch_size={rows} or less, or train on more data")
+
+
 def check_dims(cfg: RunConfig, data: TrainingData) -> None:
     """Refuse, before any model is built, a store whose features the objective cannot use: what
     the method refuses itself (``Method.check_data``: a missing or mismatched ``clip_text``, an

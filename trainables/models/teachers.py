@@ -135,6 +135,7 @@ class TextTeacher:
         mask = attention_mask.to(self.device)
         out = self.model(input_ids=ids, attention_mask=self._model_mask(mask), return_dict=True)
         hidden = out.last_hidden_state
+        dtype = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays float64
         if self.pooler == "cls_before_pooler":
             emb = hidden[:, 0]
         elif self.pooler == "cls":
@@ -142,9 +143,9 @@ class TextTeacher:
         elif self.pooler == "projection":
             emb = out.text_embeds
         else:  # masked average over all real tokens, [CLS]/[SEP] included (DALR Teacher.encode)
-            m = mask.unsqueeze(-1).float()
-            emb = (hidden.float() * m).sum(1) / m.sum(1).clamp(min=1e-7)
-        return emb.float(), hidden[:, 1:].float()
+            m = mask.unsqueeze(-1).to(dtype)
+            emb = (hidden.to(dtype) * m).sum(1) / m.sum(1).clamp(min=1e-7)
+        return emb.to(dtype), hidden[:, 1:].to(dtype)
 
     def _model_mask(self, mask: torch.Tensor) -> torch.Tensor:
         """The mask handed to the model: for a bidirectional encoder, built ahead as the additive

@@ -10,6 +10,12 @@
 
 The submodules import each other directly, never through this package, which only re-exports
 their public names.
+
+**This package is the import surface of a plug-in method** (docs/methods.md): every name a
+method file needs comes from here, ``PLUGIN_API`` lists them, and a test keeps every name the
+docs import. Where a name lives inside the package may change; ``from trainables.objectives
+import ...`` does not (a module that moves keeps a forwarding name for a release,
+``trainables.runtime.moved``).
 """
 
 from trainables.objectives.composition import (
@@ -28,6 +34,7 @@ from trainables.objectives.core import (
     frozen_dot,
     mcse_grounding_loss,
     no_autocast,
+    row_permutation,
     safe_acos,
     simcse_loss,
     threshold_bias,
@@ -59,11 +66,59 @@ from trainables.objectives.methods import (
     StudentOutputs,
     TeacherInputs,
     load_methods,
+    need,
     register,
+    text_infonce,
 )
 from trainables.objectives.simcse import SimCSESettings
+from trainables.runtime.checks import (
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    Check,
+    Choice,
+    Each,
+    Flag,
+    Number,
+    Optional,
+    Text,
+    count,
+    setting,
+)
+
+PLUGIN_API = (
+    # what a method declares (trainables.objectives.methods)
+    "Method", "Settings", "Needs", "Head", "HeadDims", "StudentOutputs", "TeacherInputs",
+    "NegativeFilter", "StoreView", "register", "need", "text_infonce",
+    # a setting and its check (trainables.runtime.checks)
+    "setting", "Check", "POSITIVE", "NON_NEGATIVE", "FINITE", "Number", "Choice", "Flag", "Text",
+    "Optional", "Each", "count",
+    # the tensor helpers the built-in methods share (trainables.objectives.core)
+    "cosine_matrix", "frozen_cosine", "frozen_dot", "frozen", "at_least_f32", "no_autocast",
+    "diagonal_cross_entropy", "simcse_loss", "angular_margin_logits", "adapacse_loss",
+    "mcse_grounding_loss", "threshold_bias", "safe_acos", "row_permutation",
+    # running a method's loss outside a table (a test of a plug-in)
+    "compute_objective", "load_methods",
+)
+"""every name a plug-in method file may import from ``trainables.objectives``; each stays"""
 
 __all__ = [
+    "PLUGIN_API",
+    "FINITE",
+    "NON_NEGATIVE",
+    "POSITIVE",
+    "Check",
+    "Choice",
+    "Each",
+    "Flag",
+    "Number",
+    "Optional",
+    "Text",
+    "count",
+    "need",
+    "row_permutation",
+    "setting",
+    "text_infonce",
     "FALSE_NEGATIVE_BIAS",
     "G2L_MASK",
     "METHODS",

@@ -45,6 +45,7 @@ import torch
 
 from trainables.objectives.core import angular_margin_logits, diagonal_cross_entropy
 from trainables.runtime.checks import Number, check_fields, leaf_fields
+from trainables.runtime.user_code import ImportExited, importing
 
 DEFAULT_METHOD = "mcse"
 """what ``objective.method`` is when nothing names it (MCSE, the papers' common baseline)"""
@@ -482,7 +483,8 @@ def load_methods(items: Iterable[str]) -> list[str]:
         else:
             file = None
             try:
-                mod = importlib.import_module(item)
+                with importing(item, "method module"):  # code: it may exit or be interrupted
+                    mod = importlib.import_module(item)
             except ImportError as e:
                 raise ValueError(f"--methods {item}: cannot import it ({e}); install its package "
                                  "or pass a .py file") from None
@@ -507,7 +509,8 @@ def _load_source(module: str, file: str | None) -> None:
                                                   == Path(file)))
     if same or file is None:
         try:
-            importlib.import_module(module)
+            with importing(module, "method module"):  # code: it may exit or be interrupted
+                importlib.import_module(module)
         except ImportError as e:
             raise ValueError(f"method module {module!r} cannot be imported here ({e}); install "
                              "its package on every node") from None
@@ -532,10 +535,14 @@ def _load_file(module: str, file: str) -> Any:
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[module] = mod
     try:
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    except Exception as e:
+        with importing(file, "method file"):  # code: sys.exit, argparse, Ctrl-C named as such
+            try:
+                spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            except Exception as e:
+                raise ValueError(f"{file}: {type(e).__name__}: {e}; fix that file") from None
+    except BaseException:
         sys.modules.pop(module, None)
-        raise ValueError(f"{file}: {type(e).__name__}: {e}; fix that file") from None
+        raise
     return mod
 
 
@@ -552,7 +559,10 @@ def _load_entry_points() -> None:
             continue
         _EP_SEEN.add(key)
         try:
-            obj = ep.load()
+            with importing(f"entry point {ep.name} = {ep.value} ({ENTRY_POINTS})", "method package"):
+                obj = ep.load()
+        except ImportExited:
+            raise
         except Exception as e:
             raise ValueError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINTS}): "
                              f"{type(e).__name__}: {e}; fix or uninstall that package") from None

@@ -74,12 +74,34 @@ def refuse(message: str, code: int = 2) -> int:
     return code
 
 
+def unexpanded_home(path: str | os.PathLike, option_name: str, given: str | None = None,
+                    meant: str | None = None) -> None:
+    """Refuse a path that starts with ``~`` no shell expanded (quoted, or passed by a YAML file or
+    a script): as given it names a folder called ``~`` in the working folder, never the home
+    folder. ``given``: the value as the user wrote it (a URI around the path); ``meant``: the
+    value with the home folder in it, offered as the fix."""
+    text = os.fspath(path)
+    if not text.startswith("~"):
+        return
+    given = given or text
+    if meant is None:
+        try:
+            meant = str(Path(text).expanduser())
+        except RuntimeError:  # ~name of a user this machine does not know
+            meant = "the full path"
+    raise ValueError(f"{option_name} {given}: the leading ~ was not expanded (a shell expands it "
+                     f"only when it is unquoted; a YAML file or a script passes it as it is), so "
+                     f"this names a path under a folder called '{text.split('/')[0]}' in {Path.cwd()}; write "
+                     f"{meant} instead")
+
+
 def writable_folder(path: str | os.PathLike, option_name: str, hint: str = "") -> Path:
     """A folder a command will write into (or create): its nearest existing ancestor is a folder
     where a file can really be created (``os.access`` says yes to root even on /proc).
     -> the absolute path; one line naming the option when not. Nothing is left behind."""
     import tempfile
 
+    unexpanded_home(path, option_name)
     target = Path(path).absolute()
     probe = target
     while not probe.exists():

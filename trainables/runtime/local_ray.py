@@ -35,18 +35,22 @@ def _psutil():
 
 
 def processes(temp_dir: str | os.PathLike) -> list:
-    """This user's processes of the Ray instance in ``temp_dir``: those whose command line names
-    it (as itself or a parent folder), Ray's retitled ones (``ray::DashboardAgent``) that hold a
-    file open under it (its logs: orphans of a dead raylet are no one's children), and the
-    descendants of both (``ray::IDLE`` workers)."""
+    """This user's processes of the Ray instance in ``temp_dir``, for a Ray whose start was not
+    recorded (``trainables.runtime.launched`` knows a recorded one exactly): Ray's own programs
+    (its binaries, its Python services, its retitled ``ray::`` workers and agents) that name the
+    folder on their command line or hold a file open under it (a dead raylet's orphans hold
+    their logs), and the descendants of those. A process that merely mentions the folder (a
+    shell, a ``tail -f`` of its logs) is no program of Ray's and is left alone."""
     psutil = _psutil()
     folder = str(Path(temp_dir).expanduser().absolute()).rstrip("/")
     pattern = re.compile(re.escape(folder) + r"(?=/|\s|$|\")")
     me, uid = os.getpid(), os.getuid()
     out = []
-    for p in psutil.process_iter(["pid", "name", "cmdline", "uids"]):
+    for p in psutil.process_iter(["pid", "name", "cmdline", "uids", "exe"]):
         try:
             if p.pid == me or p.info["uids"] is None or p.info["uids"].real != uid:
+                continue
+            if not _ray_program(p.info):
                 continue
             if pattern.search(" ".join(p.info["cmdline"] or [])) or _holds_a_file_in(p, folder):
                 out.append(p)
@@ -63,6 +67,33 @@ def processes(temp_dir: str | os.PathLike) -> list:
                 seen.add(k.pid)
                 out.append(k)
     return out
+
+
+def ray_dirs() -> tuple[str, ...]:
+    """Where this Ray's programs live (its package folder), without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    return tuple(str(Path(d).resolve()) for d in (spec.submodule_search_locations or ())) \
+        if spec else ()
+
+
+def _ray_program(info: dict) -> bool:
+    """Ray's own program: a binary or script of Ray's package, ``python -m ray...``, or a
+    process Ray retitled (``ray::IDLE``, ``ray::DashboardAgent``)."""
+    cmd = info.get("cmdline") or []
+    if (info.get("name") or "").startswith("ray::") or (cmd and cmd[0].startswith("ray::")):
+        return True
+    inside = tuple(d + "/" for d in ray_dirs())
+    exe = info.get("exe") or ""
+    if inside and exe.startswith(inside):
+        return True
+    for i, arg in enumerate(cmd[1:4], 1):  # python [-u] [-m ray.x | /.../ray/x.py]
+        if inside and arg.startswith(inside):
+            return True
+        if arg.startswith("ray.") and i > 1 and cmd[i - 1] == "-m":
+            return True
+    return False
 
 
 def _holds_a_file_in(p, folder: str) -> bool:

@@ -84,9 +84,10 @@ def test_a_paper_table_worked_out_by_hand():
     assert est.wall_seconds == pytest.approx(10 * per_run / rate)  # both arrays at once, one GPU each
     g5 = next(r for r in est.prices if r.instance.name == "g5.xlarge")
     assert g5.nodes == 2 and g5.gpu_hours == pytest.approx(est.gpu_hours)
-    assert g5.usd == pytest.approx(est.wall_seconds / 3600 * (2 * 1.01 + 0.38))
+    assert cost.HEAD.name == "g4dn.xlarge"  # the head cluster.yaml names, billed along
+    assert g5.usd == pytest.approx(est.wall_seconds / 3600 * (2 * 1.01 + 0.53))
     big = next(r for r in est.prices if r.instance.name == "g5.12xlarge")
-    assert big.nodes == 1 and big.usd == pytest.approx(est.wall_seconds / 3600 * (5.67 + 0.38))
+    assert big.nodes == 1 and big.usd == pytest.approx(est.wall_seconds / 3600 * (5.67 + 0.53))
     a100 = next(r for r in est.prices if r.instance.name == "p4d.24xlarge")
     assert a100.gpu_hours == pytest.approx(est.gpu_hours * 70 / 312)
     text = cost.format_estimate(est, assumed_gpus=True)

@@ -105,3 +105,53 @@ def test_demo_csv_has_directions_but_no_published_values():
 def test_paper_profile_keeps_parity_and_no_direction_table():
     md = to_markdown(_analysis())
     assert "#### Parity with published numbers" in md and "Published direction" not in md
+
+
+def test_on_matched_seeds_holm_uses_the_paired_test_with_the_unpaired_beside_it():
+    """'steady' is 0.8 below the baseline on every seed, whose values spread by a point: the
+    papers' unpaired test sees noise, the paired test over the matched seeds sees the effect."""
+    base = [75.0, 76.2, 74.4, 75.8, 75.1]
+    steady = [b - 0.8 + d for b, d in zip(base, [0.05, -0.04, 0.02, -0.06, 0.03], strict=True)]
+    results = {"base": {s: {"avg": base[i]} for i, s in enumerate(SEEDS)},
+               "steady": {s: {"avg": steady[i]} for i, s in enumerate(SEEDS)}}
+    c = analyze(results, "base", SEEDS, columns=["Avg"]).entry("steady", "avg").comparison
+    assert c.t_student_p > 0.05 and c.paired_p < 0.05
+    md = to_markdown(analyze(results, "base", SEEDS, columns=["Avg"], holm_on="paired"))
+    line = next(x for x in md.splitlines() if x.startswith("Significant after Holm"))
+    assert line.startswith("Significant after Holm correction (paired p-values, family of 1 "
+                           "comparisons, alpha 0.05): steady on Avg"), line
+    assert line.endswith("With the papers' unpaired Student test instead: none."), line
+    assert "the cells share their seeds, so the summary lines use the paired test" in md
+    student = to_markdown(analyze(results, "base", SEEDS, columns=["Avg"]))
+    assert "(student p-values, family of 1 comparisons, alpha 0.05): none." in student
+
+
+def test_the_table_report_summarises_with_the_paired_test_unless_seeds_are_offset(tmp_path):
+    from orchestrator.results.table_report import build_report
+
+    base = [75.0, 76.2, 74.4, 75.8, 75.1]
+    steady = [b - 0.8 + d for b, d in zip(base, [0.05, -0.04, 0.02, -0.06, 0.03], strict=True)]
+
+    class Store:  # what build_report reads of MLflow
+        def scores(self, parent):
+            return ({"base": {s: {"avg": base[i]} for i, s in enumerate(SEEDS)},
+                     "steady": {s: {"avg": steady[i]} for i, s in enumerate(SEEDS)}}, {})
+
+        def children(self, parent):
+            return []
+
+        def log_artifact_file(self, *a):
+            pass
+
+        def clear_tag(self, *a):
+            pass
+
+        client = type("C", (), {"log_batch": lambda *a, **k: None})()
+
+    spec = {"cells": ["base", "steady"], "baseline": "base", "seeds": list(SEEDS),
+            "columns": ["avg"], "title": "t", "plot": "bars"}
+    analysis, md, err = build_report(Store(), "p", spec, tmp_path)
+    assert err is None and analysis.holm_on == "paired" and "(paired p-values" in md
+    analysis, md, _ = build_report(Store(), "p", {**spec, "seed_offsets": {"steady": 100}},
+                                   tmp_path)
+    assert analysis.holm_on == "student"

@@ -25,6 +25,12 @@ class FakeTracker:
     def log_batch(self, run_id, metrics):
         self.metrics += metrics
 
+    def clear_tag(self, run_id, key):  # a stored report clears a stale mmemb.report_error
+        pass
+
+    def children(self, parent_id):  # the members' events (none here)
+        return []
+
 
 def _scores(offset):
     return {s: {t: 70.0 + offset + s + i for i, t in enumerate(TASKS)} for s in SEEDS}

@@ -31,3 +31,27 @@ def test_an_incomplete_confirmation_is_said():
     scores = _scores([75.0] * 5, [75.0] * 5)
     del scores["MCSE"][104]
     assert "the confirmation is incomplete" in against_baseline(scores, "best of s", "MCSE", SEEDS)
+
+
+# The case: the winner is a steady 0.8 below the baseline on every matched seed, while
+# the seeds spread by ~1 point. The unpaired test sees noise; the paired one sees the effect.
+BASE = [75.0, 76.2, 74.4, 75.8, 75.1]
+STEADY = [b - 0.8 + d for b, d in zip(BASE, [0.05, -0.04, 0.02, -0.06, 0.03], strict=True)]
+
+
+def test_matched_seeds_give_the_paired_verdict_with_the_unpaired_beside_it():
+    from orchestrator.analysis.stats import compare
+
+    c = compare(STEADY, BASE)
+    assert c.t_student_p > 0.05 and c.paired_p < 0.05  # the two tests disagree here
+    line = against_baseline(_scores(STEADY, BASE), "best of s", "MCSE", SEEDS)
+    assert line.startswith("**Against MCSE:** the winner is WORSE than the baseline, "
+                           "significantly:"), line
+    assert (f"paired t-test over the 5 matched seeds p {c.paired_p:.1e}; unpaired Student p "
+            f"{c.t_student_p:.3f}") in line  # 3.0e-06 and 0.104
+
+
+def test_without_a_paired_test_the_student_test_decides():
+    # every seed's difference the same: no spread, so no paired test (nan), Student decides
+    line = against_baseline(_scores([b - 3.0 for b in BASE], BASE), "best of s", "MCSE", SEEDS)
+    assert "WORSE than the baseline, significantly" in line and "paired" not in line

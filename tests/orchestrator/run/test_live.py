@@ -181,3 +181,74 @@ def test_a_search_has_one_clock_one_step_count_and_one_eta_across_its_phases():
     assert (int(m.group(3)), int(m.group(4))) == (600, 1200)  # goes on, no restart
     assert (int(m.group(1)), int(m.group(2))) == (1, 50)  # the search's clock: 70 + 30 + 10
     assert int(m.group(9)) * 60 + int(m.group(10)) == 60  # the first phase's rate carries over
+
+
+def test_each_kind_of_member_event_is_one_line_per_campaign_the_rest_counted():
+    """Pruned runs, NaN losses and the filter's stops: the first of each kind is said whole,
+    the later ones are counted in the status line (issue 38: a line per kind per table)."""
+    from orchestrator.tracking.events import Console
+
+    view, plans, trials, clock, lines = _view()
+    console = Console(lines.append)
+    view.console = console
+    keys = [m.key for m in plans[0].members]
+    view.on_trial_result(0, trials, trials[0], {"progress": 1, "step": 0, "total_steps": 60})
+    nan = "non-finite loss at step 30: term 'grounding_image' is nan (config {})"
+    evaluation = {"step": 30, "total_steps": 60, "members": [
+        {"key": keys[0], "failed": 1, "error": nan.format("a")},
+        {"key": keys[1], "failed": 1, "error": nan.format("b")},
+        {"key": keys[2], "pruned": 1, "step": 30}, {"key": keys[3], "pruned": 1, "step": 30},
+        {"key": keys[4], "failed": 1, "error": "CUDA out of memory"}]}
+    clock.now += 30
+    view.on_trial_result(0, trials, trials[0], evaluation)
+    said = lines[-1].splitlines()
+    assert sum("FAILED" in x and "non-finite" in x for x in said) == 1
+    assert sum(x.startswith("  pruned ") for x in said) == 1
+    assert sum("CUDA out of memory" in x for x in said) == 1  # not an event: each failure said
+    assert "(2 NaN, 2 pruned)" in said[0] or "(2 pruned, 2 NaN)" in said[0], said[0]
+    # a later array's events of the same kinds: counted, not said
+    keys1 = [m.key for m in plans[1].members]
+    before = len(lines)
+    view.on_trial_result(0, trials, trials[1], {"step": 30, "total_steps": 60, "members": [
+        {"key": keys1[0], "pruned": 1, "step": 30},
+        {"key": keys1[1], "failed": 1, "error": nan.format("c")}]})
+    assert not any("pruned " in x or "FAILED" in x for ln in lines[before:]
+                   for x in ln.splitlines()[1:])
+    clock.now += LINE_S
+    view.on_step_begin(0, trials)  # the next status line counts them
+    assert "3 NaN" in lines[-1] and "3 pruned" in lines[-1], lines[-1]
+
+
+def test_an_array_that_runs_a_method_one_by_one_is_said_once_unless_the_checks_said_it():
+    from orchestrator.tracking.events import Console
+
+    view, plans, trials, clock, lines = _view()
+    view.console = Console(lines.append)
+    view.console.event("one_by_one:dalr", "", say=False)  # the pre-start warning said it
+    for i in (0, 1):
+        view.on_trial_result(0, trials, trials[i], {"step": 30, "total_steps": 60, "members": [],
+                                                    "one_by_one": {"mcse": "RuntimeError: x",
+                                                                   "dalr": "RuntimeError: y"}})
+    notes = [x for ln in lines for x in ln.splitlines() if "one by one" in x]
+    assert notes == ["  note: method mcse: one by one: RuntimeError: x (its runs are tagged "
+                     "mmemb.batched=false; the same numbers, slower)"]
+
+
+def test_the_report_lists_each_kind_with_its_runs():
+    from orchestrator.tracking.events import report_lines
+
+    def run(cell, seed, **tags):
+        return SimpleNamespace(data=SimpleNamespace(tags={
+            "mmemb.cell": cell, "mmemb.seed": str(seed),
+            **{f"mmemb.event.{k}": v for k, v in tags.items()}}))
+
+    lines = report_lines([run("A", 0, pruned="pruned by successive halving at step 30"),
+                          run("A", 1, pruned="pruned by successive halving at step 30"),
+                          run("B", 0, nan="non-finite loss at step 4"), run("B", 1),
+                          run("C", 0, ignored="objective.x (from cell C) is not read")])
+    assert lines == [
+        "- pruned by successive halving (a worse configuration, stopped at mid-run): A seed 0, "
+        "A seed 1: pruned by successive halving at step 30",
+        "- stopped by a non-finite loss: B seed 0: non-finite loss at step 4",
+        "- given a setting its method does not read (the run trained without it): C seed 0: "
+        "objective.x (from cell C) is not read"]

@@ -333,3 +333,32 @@ def test_dry_run_says_one_array_and_one_member_in_the_singular(files, tmp_path, 
     assert rc == 0, err[-3000:]
     assert "in 4 arrays of 1 member," in out, out
     assert not re.search(r"\b1 (arrays|members)\b", out), out
+
+
+def test_a_setting_its_method_does_not_read_is_one_warning_and_tags_the_runs():
+    """A cell sets objective.threshold_on for MCSE, whose threshold is None: the loss never reads
+    it. The check says so in one line before the start; each run records it as an event, and
+    its params hold only what MCSE reads (issue 38: a setting ignored by its method)."""
+    from orchestrator.run.preflight import differing_settings, ignored_line
+    from orchestrator.spec.grids import Cell, Grid
+    from orchestrator.spec.plan import plan_runs
+    from orchestrator.tracking.events import ignored_settings, resolved_run
+
+    grid = Grid("ign", "t", (Cell("MCSE", {"objective.method": "mcse"}),
+                             Cell("MCSE cos", {"objective.method": "mcse",
+                                               "objective.threshold_on": "cosine"}),
+                             Cell("MCSE lam", {"objective.method": "mcse",
+                                               "objective.lam": 0.5})),
+                baseline="MCSE", seeds=(0, 1))
+    members = plan_runs(grid, "demo")
+    line = ignored_line(members)
+    assert line.count("objective.threshold_on") == 1 and "cell MCSE cos" in line
+    assert "by method mcse in cell(s) 'MCSE cos'" in line and "lam" not in line
+    cos = next(m for m in members if m.cell == "MCSE cos")
+    assert ignored_settings(cos) == {"objective.threshold_on": "cell MCSE cos"}
+    params, unread = resolved_run(cos.run)
+    assert "threshold_on" not in params["objective"] and "objective.threshold_on" in unread
+    # the profile's text teachers serve DALR; MCSE not reading them is no event
+    assert not ignored_settings(next(m for m in members if m.cell == "MCSE"))
+    # what the array's vmap gets as tensors: the float settings the members differ in
+    assert differing_settings(members)["mcse"] == {"lam", "threshold_on"}

@@ -76,6 +76,9 @@ def test_groups_stay_together_and_names_are_stable_per_member_set():
     mine = replace(t, parent="p1")
     assert mine.name != t.name and mine.name != replace(t, parent="p2").name
     assert mine.name == replace(t, parent="p1").name
+    # the dry run (no parent yet) and the run label the array alike
+    assert mine.label == t.label == replace(t, parent="p2").label
+    assert t.label == f"array {t.name[-6:]} ({len(t.members)} members)"
 
 
 def test_plan_id_depends_on_members_not_packing():

@@ -36,11 +36,12 @@ class FakeOutbox:
         self.ended[run] = status
 
 
-def _mirror(journal, reuse=None):
+def _mirror(journal, reuse=None, one_by_one=None):
     members = plan_runs(GRID, "demo")
     (trial,) = pack(members, {m.key: "same" for m in members}, "t", "runs", 1.0, 0.0, 1,
                     array_size=None, slots=1)
-    return MlflowMirror([trial], journal, "parent", reuse), SimpleNamespace(config={"index": 0})
+    return (MlflowMirror([trial], journal, "parent", reuse, one_by_one),
+            SimpleNamespace(config={"index": 0}))
 
 
 def _eval(step: int, resumed: bool = False) -> dict:
@@ -104,3 +105,63 @@ def test_each_metric_is_logged_once_per_step():
     assert {("best_stsb_dev", 6), ("best_step", 6), ("test/avg", 6), ("steps", 6),
             ("stsb_dev", 3), ("stsb_dev", 6)} <= names
     assert box.ended["run-mcse/seed-0"] == "FINISHED"
+
+
+class TagBox(FakeOutbox):
+    """Keeps the tags and the start records the mirror writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: dict[tuple[str, str], str] = {}
+        self.records: dict[str, dict] = {}
+
+    def start_child(self, parent, record, reuse=None):
+        self.records[record["key"]] = record
+        return super().start_child(parent, record, reuse)
+
+    def set_tag(self, run, key, value):
+        self.tags[(run, key)] = value
+
+
+def test_an_array_that_falls_back_one_by_one_tags_its_members_and_the_parent_once():
+    box = TagBox()
+    mirror, trial = _mirror(box)
+    mirror.on_trial_start(0, [], trial)
+    why = "RuntimeError: vmap: ... .item() ... (at mine.py line 3: x.item())"
+    for step in (3, 6):  # every report repeats it: tagged once
+        mirror.on_trial_result(0, [], trial, {**_eval(step), "one_by_one": {"mcse": why}})
+    for k in ("mcse/seed-0", "mcse/seed-1"):
+        assert box.tags[(f"run-{k}", "mmemb.batched")] == "false"
+        assert box.tags[(f"run-{k}", "mmemb.batched_reason")] == why
+        assert box.tags[(f"run-{k}", "mmemb.event.one_by_one")] == f"method mcse: {why}"
+    assert box.tags[("parent", "mmemb.batched")] == "false"
+    assert box.tags[("parent", "mmemb.batched_reason")] == f"mcse: {why}"
+
+
+def test_a_nan_and_the_filter_and_pruning_are_tagged_as_events():
+    box = TagBox()
+    mirror, trial = _mirror(box)
+    mirror.on_trial_start(0, [], trial)
+    nan = "non-finite loss at step 4: term 'grounding_image' is nan (config abc); lower lr"
+    mirror.on_trial_result(0, [], trial, {"step": 4, "members": [
+        {"key": "mcse/seed-0", "failed": 1, "error": nan},
+        {"key": "mcse/seed-1", "pruned": 1, "step": 4}]})
+    assert box.tags[("run-mcse/seed-0", "mmemb.event.nan")] == nan
+    assert box.tags[("run-mcse/seed-1", "mmemb.event.pruned")] == \
+        "pruned by successive halving at step 4"
+    assert box.ended == {"run-mcse/seed-0": "FAILED", "run-mcse/seed-1": "FINISHED"}
+
+
+def test_a_child_s_params_are_the_settings_its_method_reads():
+    box = TagBox()
+    mirror, trial = _mirror(box, one_by_one=None)
+    mirror.on_trial_start(0, [], trial)
+    rec = box.records["mcse/seed-0"]
+    obj = rec["run"]["objective"]
+    # MCSE's adaptive_margin is on by default but acts only with a margin > 0 (0 here)
+    assert obj["adaptive_margin"] is False and "grounding_margin" not in obj
+    assert "text_teachers" not in rec["run"]  # MCSE reads no text teachers
+    assert {"objective.grounding_margin", "objective.threshold", "text_teachers"} <= set(
+        rec["unread"])
+    assert rec["batched_reason"] is None and rec["ignored"] == ""
+    assert rec["cell_label"] == "1. MCSE"

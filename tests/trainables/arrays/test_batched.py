@@ -252,3 +252,26 @@ def test_batched_equals_the_per_member_loop_without_caption_features(tiny_bert, 
             seen[k].append({n: float(v) for n, v in terms.items()})
     for key in ("m0", "m1"):
         assert_same(grouped, key, (t, seen), key)
+
+
+def test_one_by_one_trains_a_member_as_batched_does(tiny_bert, cache, monkeypatch, capsys):
+    """docs/methods.md: falling back to the per-member loop changes the speed, not the numbers.
+    Two MCSE members (differing in lam, so it reaches the batched loss as a tensor), batched,
+    then with vmap refused: every term at every step and the weights agree."""
+    members = [("a", cfg(tiny_bert, cache, "mcse", seed=0, max_steps=STEPS, final_eval=False)),
+               ("b", cfg(tiny_bert, cache, "mcse", seed=4, max_steps=STEPS, final_eval=False,
+                         **{"objective.lam": 0.3}))]
+    batched_run = train(members)
+    assert batched_run[0].objectives.looped == {}
+
+    def refuse(*a, **k):
+        raise RuntimeError("vmap: refused by the test")
+
+    monkeypatch.setattr(batched, "vmapped_terms", refuse)
+    looped_run = train(members)
+    assert looped_run[0].objectives.looped["mcse"].startswith(
+        "RuntimeError: vmap: refused by the test (at test_batched.py line ")  # the line at fault
+    for key in ("a", "b"):
+        assert_same(batched_run, key, looped_run, key)
+    assert "method 'mcse': one by one: RuntimeError: vmap: refused by the test" in \
+        capsys.readouterr().out

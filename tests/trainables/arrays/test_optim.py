@@ -134,3 +134,22 @@ def test_a_gradient_in_another_layout_updates_the_right_elements(fused, monkeypa
         out.append(p.detach().clone())
     assert torch.equal(out[0], out[1])
     torch.testing.assert_close(out[0], -1e-2 * g.sign(), rtol=1e-3, atol=1e-6)
+
+
+def test_clip_norm_keeps_float32_accuracy_over_a_long_stacked_row():
+    """A member's clip norm over millions of float32 gradients (its row of the flat buffer, an
+    embedding table kept apart) within 1e-6 of the float64 norm. torch's CPU norm adds a row's
+    squares one after another: here it was 9.5e-5 off (rows of 4M and 3M), and clipping then
+    scales the whole update by that error (docs/official-code.md "The loop")."""
+    torch.manual_seed(0)
+    stacked = [torch.nn.Parameter(torch.zeros(2, 1000, 2000)), torch.nn.Parameter(torch.zeros(2, 3000, 1000)),
+               torch.nn.Parameter(torch.zeros(2, 3))]
+    opt = ArrayAdamW(stacked, [[], []], [MemberHyper(1e-3, 0.0, 1e-6, 1.0)] * 2, 10,
+                     apart=[stacked[1]])
+    assert opt.flat is not None and opt.loose_idx == [1]
+    for p in stacked:
+        p.grad = torch.randn_like(p) * torch.rand_like(p) ** 8
+    exact = torch.stack([p.grad.double().flatten(1).pow(2).sum(1) for p in stacked]).sum(0).sqrt()
+    norms = opt.member_grad_norms()
+    assert norms.dtype == torch.float32
+    assert ((norms.double() - exact) / exact).abs().max() < 1e-6

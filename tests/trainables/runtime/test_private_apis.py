@@ -28,6 +28,7 @@ PLACES = {
     "torch._foreach_copy_": KERNELS,
     "torch.ops.aten": KERNELS,  # the private operators' schemas (``OpOverload._schema``)
     "torch._dynamo.config": KERNELS,  # the captured step's switch to trace autograd.grad
+    "torch.utils._python_dispatch": KERNELS,  # counting a method's operators
 }
 NOT_OPERATORS = ("torch._dynamo.config",)
 """private APIs of ``PLACES`` in kernels.py that are no operator with a schema to check"""
