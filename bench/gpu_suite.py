@@ -1,61 +1,66 @@
-"""One command on a GPU: trial arrays against the official-style loop, and member independence.
+"""One command for a short visit to a GPU: trial arrays against the official loop and its Tune peer.
 
-    python bench/gpu_suite.py --json gpu_suite.json     # CUDA: the whole suite, one H100 < 8 min
-    python bench/gpu_suite.py --device cpu --tiny       # the same parts on a CPU, tiny model (< 1 min)
+    python bench/gpu_suite.py --out gpu-suite               # CUDA: the whole suite, < 8 min on an H100
+    python bench/gpu_suite.py --device cpu --tiny --out d   # the same rows on a CPU, tiny model
 
 It needs torch and transformers, and numpy, pyarrow and scipy, which the training and evaluation
 code imports (``pip install torch transformers pyarrow scipy``; the project need not be installed:
-it runs from a clone). It imports nothing of Ray, MLflow or Optuna. It prints one Markdown table (also written beside
-``--json`` as ``.md``) and, with ``--json``, every figure and the environment.
+it runs from a clone). It imports nothing of Ray, MLflow or Optuna. It writes ``gpu_suite.json``
+(every figure, the plan, the environment) and ``gpu_suite.md`` (the table) into ``--out``, and
+prints the table.
 
-Parts, each printed with its plan before it runs and its time after:
+Rows, on a random-init BERT-base (hidden 768, 12 layers, vocab 30522; ``--tiny``: hidden 64, 2
+layers), batch 64, 32 tokens, both dropout views, caption+image steps, each measured as
+``bench/train_step.py`` measures it (its docstring defines the FLOPs and MFU):
 
-1. **throughput**: a random-init BERT-base (hidden 768, 12 layers, vocab 30522; ``--tiny``: hidden
-   64, 2 layers), batch 64, 32 tokens, both dropout views. In one process: the official-style
-   single-run loop (fp32, one run per method: the baseline) and ``ArrayTrainer.train_step`` on
-   arrays of 1 of each method, then mixed MCSE/KDMCSE/DALR arrays of 5 and 20 (bf16 autocast on
-   CUDA). Per row: ms/step, member-steps/s, tokens/s, MFU against the device's dense bf16 peak,
-   peak memory per member, the speed-up over the same members trained one by one. Each row is
-   ``bench/train_step.py``'s measurement (its docstring defines the FLOPs and MFU).
-2. **largest array**: the largest M the device's memory holds. The peak memory of the arrays of
-   5 and 20 gives the memory per member; the M that fills 95% of the device is tried, then 10%
-   fewer, at most 3 tries, until one fits. Skipped on a CPU (nothing runs out of memory first).
-3. **independence**: member 1 of the mix (KDMCSE) trained ``--independence-steps`` (20) steps
-   alone, alone again (the noise floor), inside a mixed array of 5 (MCSE, KDMCSE, DALR, MCSE,
-   KDMCSE), and alone with another seed (what a real difference looks like). Independent: every
-   loss term at every step, and the STS-B dev score after the last step, of the member in the
-   array within the tolerance of the member alone. Tolerances, stated: under bf16 autocast
-   ``|array - alone| <= 0.01 * |alone| + 0.01`` per loss term and 0.5 points of dev Spearman (an
-   array's neighbours must move a member by less than bf16 itself moves fp32; on the CPU bf16
-   stays within 0.2% of fp32, tests/trainables/arrays/test_precision.py); in fp32, 1e-5 and 1e-3
-   (tests/trainables/arrays/test_trainer.py asks 1e-5 on the CPU). The verdict is "independent"
-   only if another seed lies outside the tolerance (else the check could not see a difference).
+1. **official**: the official-style single-run loop, one run per method (fp32: the baseline);
+2. **eager arrays** of 1 (one of each method), 5 and 20 mixed MCSE/KDMCSE/DALR members
+   (``--precision auto``: bf16 autocast on CUDA), and the same **captured** (``compile=graphs``:
+   the whole step, forward to update, one CUDA graph; ``trainables/arrays/capture.py``), with
+   MFU against the dense bf16 peak, **x one by one** (the members' step times as arrays of 1 of
+   the same compile mode, summed, over the array's) and **x official**;
+3. **peers**: what a Ray Tune user would run instead of an array: 4 and 8 official-style runs as
+   separate processes sharing the GPU (fractional ``num_gpus``), under CUDA MPS where its daemon
+   can be started (else without, and the report says why), their member-steps/s summed;
+4. **independence**: a KDMCSE member alone, alone again (the noise floor), inside a mixed array of
+   5 and alone with another seed, in bf16 and in the default precision (fp32): every loss term at
+   every step and the dev score within the stated tolerance, and another seed outside it;
+5. **largest**: the largest mixed array that fits, by a bounded search (the M that fills 95% of
+   memory by the measured memory per member, then 10% fewer, at most 3 tries, at most
+   ``--largest-cap`` members);
+6. **profile**: where the M = 20 step spends its host and device time, phase by phase (the
+   step's ``record_function`` ranges under torch's profiler, ``PROFILE_STEPS`` steps), eager and
+   captured, on the arrays of 20 the rows above timed (a captured one is not compiled again).
 
-Budget (CUDA defaults: 10 warm-up + 5 x 20 timed steps per row), from FLOP counts: a BERT-base
-member-step is 2.1 TFLOP (6 N T + attention, N = 85.05M, T = 4096 tokens; DALR's two bf16
-teachers add 0.7 TFLOP). The plan assumes 25% of the bf16 peak for arrays, at least 40 ms a step
-(a single run's step is launch-bound), 30 TFLOP/s for the fp32 official-style loop, and 1 s + 0.2
-s per member to build an array. On an H100 SXM that is about 4.5 minutes: official-style 3 x 110
-steps + 4 evaluations (~45 s), arrays of 1 (~25 s), 5 (~10 s), 20 (~25 s, 4.6 PFLOP), the largest
-(about 35 members, 8 PFLOP, up to 3 tries), independence (80 steps, ~10 s), builds. The script
-prints its plan per part before running it and skips the largest-array search when it would end
-past ``--budget-s`` (450 s on CUDA).
+**The plan.** Before anything runs, the script prints each row's expected seconds on the device
+and, always, the whole suite's expected wall time on one H100 SXM (989 dense bf16 TFLOP/s), from
+the row list and these stated assumptions (estimates, not measurements): start-up (imports, the
+random BERT) 30 s; an array step at 25% MFU and at least 40 ms; the official loop at 30 TFLOP/s
+(fp32/TF32) and 40 ms at least, 3 s a SentEval evaluation; 1 s + 0.2 s a member to build an array;
+a captured array's compilation ``COMPILE_S`` + ``COMPILE_PER_MEMBER_S`` a member (Inductor and the
+CUDA graph: not yet measured on a GPU); a peer process's start-up 20 s. ``--budget-s`` (default
+420 on CUDA: 8 minutes less start-up and margin) keeps the rows, in priority order (``PRIORITY``),
+that fit, and drops the rest, naming each; a row that would end past the budget at run time is
+dropped too. Exits 1 when a member is not independent.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +76,7 @@ from bench.train_step import (  # noqa: E402
     BenchConfig,
     SyntheticData,
     _is_oom,
-    add_speedups,
+    _sync,
     bench_one,
     build_ours,
     environment,
@@ -79,19 +84,43 @@ from bench.train_step import (  # noqa: E402
     make_workspace,
     peak_flops,
 )
+from trainables.arrays import capture  # noqa: E402
 
-SUITE_VERSION = 1
-ARRAY_MFU, LAUNCH_FLOOR_S, OFFICIAL_TFLOPS = 0.25, 0.040, 30.0
-"""the plan's assumptions: see the module docstring"""
-BUILD_S, BUILD_PER_MEMBER_S = 1.0, 0.2
+SUITE_VERSION = 2
+H100_PEAK = 989e12
+"""dense bf16 FLOP/s of one H100 SXM: the peak the expected wall time is stated against"""
+ARRAY_MFU, LAUNCH_FLOOR_S, OFFICIAL_TFLOPS, EVAL_S = 0.25, 0.040, 30.0, 3.0
+START_S, BUILD_S, BUILD_PER_MEMBER_S, PEER_START_S = 30.0, 1.0, 0.2, 20.0
+COMPILE_S, COMPILE_PER_MEMBER_S = 60.0, 2.0
+"""the plan's assumptions (module docstring): estimates, not measurements"""
 FILL, SHRINK, MAX_TRIES = 0.95, 0.9, 3
 TOLERANCE = {"bf16": {"rtol": 1e-2, "atol": 1e-2, "dev": 0.5},
              "fp32": {"rtol": 0.0, "atol": 1e-5, "dev": 1e-3}}
 UNDER_TEST = 1
 """the member under test: index 1 of the mix (KDMCSE with seed + 1)"""
 OTHER_SEED = 100
+PROFILE_STEPS = 3
+PRIORITY = ("official", "eager 1", "eager 20", "eager 5", "captured 20", "independence bf16", "independence fp32", "peers 8", "peers 4", "largest",
+            "captured 5", "captured 1")
+"""rows by priority: what ``--budget-s`` keeps first"""
 
 
+@dataclass
+class Row:
+    """One row of the suite: its name, its planned seconds (on this device and on an H100),
+    and what happened to it."""
+
+    name: str
+    planned_s: float | None
+    h100_s: float
+    status: str = "planned"
+    """planned, measured, skipped (why in ``note``) or dropped (``--budget-s``)"""
+    took_s: float | None = None
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ the plan
 def member_flops(bc: BenchConfig, method: str, official: bool = False) -> float:
     """One member-step's FLOPs: the student (6 N T + attention) and, for DALR, its two teachers'
     forward (2 N T each; over both views in the official-style loop)."""
@@ -104,74 +133,123 @@ def member_flops(bc: BenchConfig, method: str, official: bool = False) -> float:
     return f
 
 
-def resolved_precision(bc: BenchConfig) -> str:
-    return "bf16" if bc.precision == "bf16" or (bc.precision == "auto" and bc.device == "cuda") else "fp32"
-
-
-# ------------------------------------------------------------------------------ the plan
-def plan(bc: BenchConfig, sizes: Sequence[int], peak: float | None, est_max: int,
-         independence_steps: int) -> dict[str, dict]:
-    """Seconds per part from FLOP counts (module docstring); None on a CPU (no peak to plan by)."""
+def plan_rows(bc: BenchConfig, peak: float | None, sizes: Sequence[int], peers: Sequence[int],
+              independence_steps: int, largest_guess: int) -> list[Row]:
+    """Every row with its planned seconds at ``peak`` (None: no plan on this device) and on an H100."""
     steps = bc.warmup + bc.steps * bc.windows
-    evals = 4  # a warm-up evaluation and 3 timed ones, per array size
 
-    def array_s(mix: Sequence[str]) -> tuple[float, float]:
-        f = sum(member_flops(bc, m) for m in mix)
-        step = max(LAUNCH_FLOOR_S, f / (peak * ARRAY_MFU)) if peak else math.nan
-        return f * steps, steps * step + BUILD_S + BUILD_PER_MEMBER_S * len(mix)
+    def at(pk: float | None) -> dict[str, float | None]:
+        if pk is None:
+            return {}
 
-    parts: dict[str, dict] = {}
-    f_off = sum(member_flops(bc, m, official=True) for m in bc.methods) * steps
-    s_off = sum(max(LAUNCH_FLOOR_S, member_flops(bc, m, True) / (OFFICIAL_TFLOPS * 1e12))
-                for m in bc.methods) * steps + evals * 3.0 + BUILD_S * len(bc.methods)
-    parts["official-style loop"] = {"member_steps": steps * len(bc.methods), "flops": f_off,
-                                    "planned_s": s_off if peak else None}
-    for m in sizes:
-        rows = [[x] for x in bc.methods] if m == 1 else [bc.mix(m)]
-        f = sum(array_s(r)[0] for r in rows)
-        s = sum(array_s(r)[1] for r in rows)
-        parts[f"arrays of {m}"] = {"member_steps": steps * m * len(rows), "flops": f,
-                                   "planned_s": s if peak else None}
-    if est_max:
-        f, s = array_s(bc.mix(est_max))
-        parts[f"largest array (~{est_max})"] = {"member_steps": steps * est_max, "flops": f,
-                                                "planned_s": s if peak else None}
-    ind = [1, 1, 5, 1]  # alone, alone again, in the array of 5, another seed
-    f = member_flops(bc, "kdmcse") * sum(ind) * independence_steps
-    s = sum(max(LAUNCH_FLOOR_S, member_flops(bc, "kdmcse") * k / (peak * ARRAY_MFU)) if peak else 0.0
-            for k in ind) * independence_steps + len(ind) * BUILD_S + sum(ind) * BUILD_PER_MEMBER_S
-    parts["independence"] = {"member_steps": sum(ind) * independence_steps, "flops": f,
-                             "planned_s": s if peak else None}
-    return parts
+        def array_s(mix: Sequence[str], compiled: bool = False, evals: int = 4) -> float:
+            f = sum(member_flops(bc, m) for m in mix)
+            step = max(LAUNCH_FLOOR_S, f / (pk * ARRAY_MFU))
+            s = steps * step + BUILD_S + BUILD_PER_MEMBER_S * len(mix) + evals * 0.2 * len(mix)
+            return s + ((COMPILE_S + COMPILE_PER_MEMBER_S * len(mix)) if compiled else 0.0)
+
+        def official_s(m: str, n_steps: int = steps) -> float:
+            return (n_steps * max(LAUNCH_FLOOR_S, member_flops(bc, m, True) / (OFFICIAL_TFLOPS * 1e12))
+                    + BUILD_S)
+
+        out: dict[str, float | None] = {
+            "official": sum(official_s(m) + 4 * EVAL_S for m in bc.methods),
+            "largest": 2 * array_s(bc.mix(largest_guess), evals=0),
+        }
+        for m in sizes:
+            mixes = [[x] for x in bc.methods] if m == 1 else [bc.mix(m)]
+            out[f"eager {m}"] = sum(array_s(x) for x in mixes)
+            out[f"captured {m}"] = sum(array_s(x, compiled=True) for x in mixes)
+            if m == max(sizes):  # the profiled array (20): 2 x PROFILE_STEPS more steps each
+                step = max(LAUNCH_FLOOR_S, sum(member_flops(bc, x) for x in bc.mix(m)) / (pk * ARRAY_MFU))
+                out[f"eager {m}"] += 2 * PROFILE_STEPS * step
+                out[f"captured {m}"] += 2 * PROFILE_STEPS * step
+        for prec in ("bf16", "fp32"):
+            ind = [1, 1, 5, 1]  # alone, alone again, in the array of 5, another seed
+            out[f"independence {prec}"] = sum(
+                independence_steps * max(LAUNCH_FLOOR_S, k * member_flops(bc, "kdmcse") / (pk * ARRAY_MFU))
+                + BUILD_S + BUILD_PER_MEMBER_S * k + 0.2 * k for k in ind)
+        for n in peers:
+            # the processes share the device: together they take n runs' steps
+            out[f"peers {n}"] = PEER_START_S + sum(official_s(m) for m in bc.mix(n))
+        return out
+
+    here, h100 = at(peak), at(H100_PEAK)
+    names = ["official", *(f"eager {m}" for m in sizes), *(f"captured {m}" for m in sizes),
+             "independence bf16", "independence fp32", *(f"peers {n}" for n in peers),
+             "largest"]
+    return [Row(n, here.get(n), h100[n]) for n in names]
+
+
+def fit_budget(rows: list[Row], budget_s: float | None, start_s: float = START_S) -> list[str]:
+    """Keep the rows that fit ``budget_s`` in ``PRIORITY`` order (planned seconds); mark the rest
+    dropped. -> the names dropped."""
+    if budget_s is None:
+        return []
+    used = start_s
+    dropped = []
+    for r in sorted(rows, key=lambda r: _rank(r.name)):
+        need = r.planned_s or 0.0
+        if used + need <= budget_s:
+            used += need
+        else:
+            r.status = "dropped"
+            planned = "no estimate on this device" if r.planned_s is None else f"planned {need:.0f} s"
+            r.note = f"--budget-s {budget_s:g}: {planned}, {max(0.0, budget_s - used):.0f} s left"
+            dropped.append(r.name)
+    return dropped
+
+
+def _rank(name: str) -> int:
+    return PRIORITY.index(name) if name in PRIORITY else len(PRIORITY)
+
+
+def h100_expected(rows: Sequence[Row]) -> float:
+    return START_S + sum(r.h100_s for r in rows if r.status != "dropped")
+
+
+def default_on_h100(bc: BenchConfig, budget_s: float = 420.0) -> dict[str, Any]:
+    """What ``python bench/gpu_suite.py --out DIR`` (the defaults: BERT-base, batch 64, 32 tokens,
+    5 + 3 x 10 steps a row, peers 4 and 8, --budget-s 420) is expected to take on one H100, from
+    its row list: the statement every run prints, whatever its own device and sizes."""
+    full = replace(bc, tiny=False, batch_sizes=(64,), max_length=32, steps=10, warmup=5, windows=3,
+                   precision="auto")
+    rows = plan_rows(full, H100_PEAK, (1, 5, 20), (4, 8), 20, 40)
+    for r in rows:
+        r.planned_s = r.h100_s
+    dropped = fit_budget(rows, budget_s)
+    return {"expected_s": h100_expected(rows), "budget_s": budget_s, "dropped": dropped,
+            "rows": {r.name: round(r.h100_s, 1) for r in rows}}
 
 
 # ------------------------------------------------------------------------------ parts
 def largest_array(bc: BenchConfig, rows: list[dict], measure: Callable[[int], dict],
-                  seconds_left: float, log: Callable[[str], None]) -> tuple[dict | None, dict]:
-    """Try the M that fills FILL of the device's memory (by the measured memory per member), then
-    SHRINK of it, at most MAX_TRIES times; -> (the row that fit or None, what happened)."""
-    ours = sorted((r for r in rows if r["loop"] == "ours" and r["members"] > 1), key=lambda r: r["members"])
-    if bc.device != "cuda":
-        return None, {"skipped": "on a CPU nothing runs out of memory first; the largest array is a GPU figure"}
+                  seconds_left: float, cap: int, log: Callable[[str], None]) -> tuple[dict | None, dict]:
+    """Try the M that fills FILL of the device's memory (by the measured memory per member; on a
+    CPU the memory available), then SHRINK of it, at most MAX_TRIES times and at most ``cap``
+    members; -> (the row that fit or None, what happened)."""
+    ours = sorted((r for r in rows if r["loop"] == "ours" and r["compile"] == "off" and r["members"] > 1),
+                  key=lambda r: r["members"])
     if len(ours) < 2:
         return None, {"skipped": "needs two mixed array sizes (e.g. 5 and 20) to measure memory per member"}
     a, b = ours[-2], ours[-1]
     per_member = (b["peak_mem_bytes"] - a["peak_mem_bytes"]) / (b["members"] - a["members"])
     fixed = b["peak_mem_bytes"] - per_member * b["members"]
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    est = int((FILL * total - fixed) // per_member) if per_member > 0 else b["members"]
+    total = (torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+             if bc.device == "cuda" else _memory_available() + b["peak_mem_bytes"])
+    est = int((FILL * total - fixed) // per_member) if per_member > 0 else cap
     info: dict[str, Any] = {"device_bytes": total, "per_member_bytes": per_member, "fixed_bytes": fixed,
-                            "estimated": est, "tried": [], "fit": None}
-    if est <= b["members"]:
+                            "estimated": est, "cap": cap, "tried": [], "fit": None}
+    m = min(est, cap)
+    if m <= b["members"]:
         info["fit"] = b["members"]
         info["note"] = f"no array larger than {b['members']} fits by the measured memory per member"
         return None, info
     step_s = b["step_ms"] / 1e3 / b["members"]  # per member, at the largest measured size
-    m = est
     for _ in range(MAX_TRIES):
         if m <= b["members"]:
             break
-        need = (bc.warmup + bc.steps * bc.windows) * step_s * m + BUILD_S + BUILD_PER_MEMBER_S * m + 30
+        need = (bc.warmup + bc.steps * bc.windows) * step_s * m + BUILD_S + BUILD_PER_MEMBER_S * m + 10
         if need > seconds_left:
             info["skipped"] = (f"an array of {m} would take about {need:.0f} s, {seconds_left:.0f} s "
                                "of --budget-s are left")
@@ -186,7 +264,8 @@ def largest_array(bc: BenchConfig, rows: list[dict], measure: Callable[[int], di
             row, error = None, str(e).splitlines()[0][:200]
         if error is not None:  # outside the except: the traceback no longer holds the array
             gc.collect()
-            torch.cuda.empty_cache()
+            if bc.device == "cuda":
+                torch.cuda.empty_cache()
             log(f"largest array: M {m} out of memory")
             info["tried"].append({"members": m, "fit": False, "error": error})
             seconds_left -= time.perf_counter() - t0
@@ -201,14 +280,24 @@ def largest_array(bc: BenchConfig, rows: list[dict], measure: Callable[[int], di
     return None, info
 
 
-def independence(bc: BenchConfig, ws, data, steps: int, log: Callable[[str], None]) -> dict:
-    """Member UNDER_TEST alone, alone again, in a mixed array of 5, and alone on another seed."""
+def _memory_available() -> float:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024.0
+    return 8 * 2.0**30
+
+
+def independence(bc: BenchConfig, ws, data, steps: int, precision: str,
+                 log: Callable[[str], None]) -> dict:
+    """Member UNDER_TEST alone, alone again, in a mixed array of 5, and alone on another seed,
+    with ``precision`` (bf16 or fp32)."""
+    bc = replace(bc, precision=precision)
     mix5 = bc.mix(5)
     method, seed = mix5[UNDER_TEST], bc.seed + UNDER_TEST
-    precision = resolved_precision(bc)
     tol = TOLERANCE[precision]
     bs = bc.batch_sizes[0]
-    gc.collect()  # the largest array's memory, before four more arrays are built
+    gc.collect()
     if bc.device == "cuda":
         torch.cuda.empty_cache()
 
@@ -251,7 +340,7 @@ def independence(bc: BenchConfig, ws, data, steps: int, log: Callable[[str], Non
     verdict = ("independent" if independent and visible else
                "NOT independent" if not independent else
                "inconclusive: another seed is within the tolerance too")
-    log(f"independence: {verdict}")
+    log(f"independence ({precision}): {verdict}")
     return {"member": {"method": method, "seed": seed, "position_in_array": UNDER_TEST},
             "array_of_5": mix5, "steps": steps, "precision": precision,
             "tolerance": {"loss": "|array - alone| <= " + (f"{tol['rtol']:g} * |alone| + " if tol["rtol"] else "")
@@ -262,87 +351,81 @@ def independence(bc: BenchConfig, ws, data, steps: int, log: Callable[[str], Non
             "verdict": verdict, "passed": independent and visible}
 
 
-# ------------------------------------------------------------------------------ the report
-def fmt_mib(x: float) -> str:
-    return f"{x / 2**20:,.0f}"
+def profile_phases(trainer, step, bc: BenchConfig) -> dict:
+    """Host and device milliseconds per phase of a warm array's step (the step's
+    ``record_function`` ranges; bench/profile_step.py's table): ``bench_one``'s ``after``."""
+    from torch.profiler import ProfilerActivity, profile
 
-
-def markdown(report: dict) -> str:
-    env = report["env"]
-    head = ("| loop | M | methods | ms/step | member-steps/s | tokens/s | MFU | peak MiB/member "
-            "| x one by one | x official | steps/s with eval |")
-    lines = [f"### gpu_suite on {env['device']} ({env['torch']}, {report['precision']} arrays)", "",
-             f"`{env['command']}`, git {env['git']}, {report['date']}", "", head,
-             "|" + "---|" * 11]
-
-    def x(v: float | None) -> str:
-        return f"{v:.2f}x" if v is not None else "-"
-
-    for r in report["rows"]:
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
-        m = f"{r['members']}{' (largest)' if r['max'] else ''}"
-        lines.append(f"| {r['loop']} | {m} | {label(r)} | {r['step_ms']:.1f} | "
-                     f"{r['member_steps_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
-                     f"{fmt_mib(r['peak_mem_per_member_bytes'])} | {x(r['x_vs_1'])} | "
-                     f"{x(r['x_vs_official'])} | {r['steps_per_s_with_eval']:.2f} |")
-    lines.append("")
-    mx = report["largest"]
-    if mx.get("skipped") and mx.get("fit") is None:
-        lines.append(f"- largest array: not searched ({mx['skipped']})")
-    else:
-        tried = ", ".join(f"{t['members']} {'fit' if t['fit'] else 'out of memory'}" for t in mx.get("tried", []))
-        lines.append(f"- largest array: **{mx['fit']}** members (estimated {mx.get('estimated')} from "
-                     f"{fmt_mib(mx.get('per_member_bytes', 0))} MiB per member; tried: {tried or 'none'})"
-                     + (f"; {mx['skipped']}" if mx.get("skipped") else "")
-                     + (f"; {mx['note']}" if mx.get("note") else ""))
-    ind = report["independence"]
-    c = ind["comparisons"]
-    lines.append(
-        f"- member independence ({ind['precision']}, {ind['steps']} steps, {ind['member']['method']} "
-        f"seed {ind['member']['seed']} at position {ind['member']['position_in_array']} of "
-        f"{', '.join(ind['array_of_5'])}): **{ind['verdict']}**. Max loss-term difference to "
-        f"the member alone: in the array {c['in an array of 5']['max_abs_loss_diff']:.3g}, alone "
-        f"again {c['alone again']['max_abs_loss_diff']:.3g}, another seed "
-        f"{c['another seed']['max_abs_loss_diff']:.3g}; dev Spearman difference "
-        f"{c['in an array of 5']['dev_diff']:.3g} (another seed {c['another seed']['dev_diff']:.3g}); "
-        f"tolerance {ind['tolerance']['loss']}, {ind['tolerance']['dev_points']:g} dev points.")
-    arrays = {r["members"]: r["member_steps_per_s"] for r in report["rows"] if r["loop"] == "ours"}
-    for peer in report.get("peers", []):
-        n = peer["processes"]
-        beside = (f"; an array of {n}: {arrays[n]:.1f} ({arrays[n] / peer['member_steps_per_s']:.2f}x)"
-                  if n in arrays else "")
-        lines.append(f"- the peer a Tune user would run: {n} official-style runs as separate processes "
-                     f"sharing the device ({label(peer)}): **{peer['member_steps_per_s']:.1f} "
-                     f"member-steps/s** together{beside}")
-    for target in report.get("targets", []):
-        lines.append(f"- target (array of {target['members']}): MFU {100 * target['mfu']:.1f}% (>= 35%), "
-                     f"{target['x_vs_1']:.2f}x its members one by one (>= 8x): "
-                     f"{'met' if target['met'] else 'NOT met'}")
-    timing = report["timing_s"]
-    parts = ", ".join(f"{k} {v['took_s']:.0f} s" + (f" (planned {v['planned_s']:.0f})" if v.get("planned_s") else "")
-                      for k, v in report["parts"].items() if v.get("took_s") is not None)
-    lines.append(f"- time: {timing['total']:.0f} s in all ({parts})")
-    return "\n".join(lines)
+    device = torch.device(bc.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if bc.device == "cuda" else [])
+    _sync(device)
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(PROFILE_STEPS):
+            step()
+        _sync(device)
+        wall = (time.perf_counter() - t0) / PROFILE_STEPS * 1e3
+    events = prof.key_averages()
+    phases = {e.key.removeprefix("array/"): {
+        "host_ms": e.cpu_time_total / 1e3 / PROFILE_STEPS,
+        "device_ms": e.device_time_total / 1e3 / PROFILE_STEPS if bc.device == "cuda" else None}
+        for e in events if e.key.startswith("array/")}
+    busy = sum(e.self_device_time_total for e in events) / 1e3 / PROFILE_STEPS if bc.device == "cuda" else None
+    return {"members": trainer.model.n_members, "compile": trainer.cfg.compile, "wall_ms": wall,
+            "device_busy_ms": busy, "phases": phases}
 
 
 # ------------------------------------------------------------------------------ the peer
-def packed_official(bc: BenchConfig, n: int, workdir: Path, log: Callable[[str], None]) -> dict:
+def start_mps(root: Path) -> tuple[dict[str, str] | None, str]:
+    """Start a CUDA MPS control daemon of our own (its pipe and log folders under ``root``);
+    -> (the environment its clients need, or None, and a line saying what happened)."""
+    exe = shutil.which("nvidia-cuda-mps-control")
+    if exe is None:
+        return None, "not started: nvidia-cuda-mps-control is not on PATH"
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(root / "mps-pipe"),
+               CUDA_MPS_LOG_DIRECTORY=str(root / "mps-log"))
+    for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        Path(env[k]).mkdir(parents=True, exist_ok=True)
+    try:
+        p = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"not started: {type(e).__name__}: {e}"
+    if p.returncode != 0:
+        return None, f"not started: exit {p.returncode}: {(p.stderr or p.stdout).strip()[:200]}"
+    return env, "started (nvidia-cuda-mps-control -d, a pipe folder of this run's)"
+
+
+def stop_mps(env: dict[str, str] | None) -> None:
+    if env is None:
+        return
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"],
+                       input="quit\n", env=env, capture_output=True, text=True, timeout=20)
+
+
+def packed_official(bc: BenchConfig, n: int, workdir: Path, log: Callable[[str], None],
+                    workspace: Path | None = None, env: dict[str, str] | None = None) -> dict:
     """What a Ray Tune user would run instead of an array: ``n`` official-style runs as separate
-    processes on the one device at once (fractional ``num_gpus``; CUDA MPS where its daemon runs),
-    their methods cycling as the arrays' do. Each process is ``bench/train_step.py --loops
-    official``; their summed member-steps/s is the figure to set beside an array of ``n``."""
+    processes on the one device at once (fractional ``num_gpus``; CUDA MPS where ``env`` is its
+    clients' environment), their methods cycling as the arrays' do. Each process is
+    ``bench/train_step.py --loops official`` (steps only, no evaluation), on the suite's own
+    random BERT where ``workspace`` is given; their summed member-steps/s is the figure to set
+    beside an array of ``n``."""
     methods = bc.mix(n)
     procs = []
     for i, m in enumerate(methods):
         out = workdir / f"peer{n}_{i}.json"
         cmd = [sys.executable, str(Path(__file__).with_name("train_step.py")), "--device", bc.device,
-               "--loops", "official", "--members", "1", "--methods", m,
+               "--loops", "official", "--members", "1", "--methods", m, "--no-eval",
                "--batch-sizes", str(bc.batch_sizes[0]), "--max-length", str(bc.max_length),
                "--kind", bc.kind, "--steps", str(bc.steps), "--warmup", str(bc.warmup),
                "--windows", str(bc.windows), "--packed", str(n), "--json", str(out),
-               *(["--tiny"] if bc.tiny else [])]
+               *(["--tiny"] if bc.tiny else []), *(["--workspace", str(workspace)] if workspace else [])]
+        penv = dict(env or os.environ)
+        if bc.device == "cpu":  # n processes of one thread each: more would fight for the cores
+            penv["OMP_NUM_THREADS"] = "1"
         procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True), out))
+                                       text=True, env=penv), out))
     step_ms = []
     for proc, out in procs:
         _, err = proc.communicate()
@@ -352,117 +435,295 @@ def packed_official(bc: BenchConfig, n: int, workdir: Path, log: Callable[[str],
         rows = [r for r in json.loads(out.read_text())["results"] if r["loop"] == "official"]
         step_ms.append(rows[0]["step_ms"])
     total = sum(1e3 / ms for ms in step_ms)
-    log(f"packed   {n} official-style processes: {total:7.1f} member-steps/s together")
+    log(f"peers    {n} official-style processes: {total:7.1f} member-steps/s together")
     return {"processes": n, "methods": dict(Counter(methods)), "step_ms": step_ms,
-            "member_steps_per_s": total}
+            "member_steps_per_s": total, "mps": env is not None}
+
+
+# ------------------------------------------------------------------------------ the report
+def add_speedups(rows: list[dict]) -> None:
+    """x one by one (the members as arrays of 1 of the same compile mode, else eager ones: the
+    basis is named) and x official of every array row."""
+    for r in rows:
+        if r["loop"] != "ours":
+            continue
+        for key, loop, modes in (("x_vs_1", "ours", (r["compile"], "off")), ("x_vs_official", "official", ("off",))):
+            for mode in dict.fromkeys(modes):
+                single = {next(iter(s["methods"])): s["step_ms"] for s in rows if s["loop"] == loop
+                          and s["members"] == 1 and s["compile"] == mode}
+                if all(m in single for m in r["methods"]):
+                    r[key] = sum(c * single[m] for m, c in r["methods"].items()) / r["step_ms"]
+                    if key == "x_vs_1":
+                        r["x_vs_1_basis"] = f"arrays of 1, compile={mode}"
+                    break
+
+
+def fmt_mib(x: float) -> str:
+    return f"{x / 2**20:,.0f}"
+
+
+def markdown(report: dict) -> str:
+    env = report["env"]
+    head = ("| loop | compile | M | methods | ms/step | member-steps/s | tokens/s | MFU | peak MiB/member "
+            "| x one by one | x official |")
+    lines = [f"### gpu_suite on {env['device']} ({env['torch']}, {report['precision']} arrays)", "",
+             f"`{env['command']}`, git {env['git']}, {report['date']}", "", head, "|" + "---|" * 11]
+
+    def x(v: float | None) -> str:
+        return f"{v:.2f}x" if v is not None else "-"
+
+    for r in report["rows"]:
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        m = f"{r['members']}{' (largest)' if r['max'] else ''}"
+        lines.append(f"| {r['loop']} | {r['compile']} | {m} | {label(r)} | {r['step_ms']:.1f} | "
+                     f"{r['member_steps_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
+                     f"{fmt_mib(r['peak_mem_per_member_bytes'])} | {x(r['x_vs_1'])} | "
+                     f"{x(r['x_vs_official'])} |")
+    lines.append("")
+    arrays = {(r["members"], r["compile"]): r["member_steps_per_s"] for r in report["rows"] if r["loop"] == "ours"}
+    peers = report.get("peers", {})
+    for peer in peers.get("runs", []):
+        n = peer["processes"]
+        beside = "".join(f"; an array of {n} ({mode}): {arrays[(n, mode)]:.1f} "
+                         f"({arrays[(n, mode)] / peer['member_steps_per_s']:.2f}x)"
+                         for mode in ("off", "graphs") if (n, mode) in arrays)
+        lines.append(f"- peer (what a Tune user runs): {n} official-style runs as separate processes "
+                     f"sharing the device ({label(peer)}; MPS {'on' if peer['mps'] else 'off'}): "
+                     f"**{peer['member_steps_per_s']:.1f} member-steps/s** together{beside}")
+    if peers.get("mps"):
+        lines.append(f"- CUDA MPS: {peers['mps']}")
+    for prec, ind in report.get("independence", {}).items():
+        c = ind["comparisons"]
+        lines.append(
+            f"- member independence ({prec}, {ind['steps']} steps, {ind['member']['method']} seed "
+            f"{ind['member']['seed']} at position {ind['member']['position_in_array']} of "
+            f"{', '.join(ind['array_of_5'])}): **{ind['verdict']}**. Max loss-term difference to the "
+            f"member alone: in the array {c['in an array of 5']['max_abs_loss_diff']:.3g}, alone again "
+            f"{c['alone again']['max_abs_loss_diff']:.3g}, another seed "
+            f"{c['another seed']['max_abs_loss_diff']:.3g}; dev Spearman difference "
+            f"{c['in an array of 5']['dev_diff']:.3g} (another seed {c['another seed']['dev_diff']:.3g}); "
+            f"tolerance {ind['tolerance']['loss']}, {ind['tolerance']['dev_points']:g} dev points.")
+    mx = report.get("largest")
+    if mx:
+        if mx.get("skipped") and mx.get("fit") is None:
+            lines.append(f"- largest array: not searched ({mx['skipped']})")
+        else:
+            tried = ", ".join(f"{t['members']} {'fit' if t['fit'] else 'out of memory'}" for t in mx.get("tried", []))
+            lines.append(f"- largest array: **{mx['fit']}** members (estimated {mx.get('estimated')} from "
+                         f"{fmt_mib(mx.get('per_member_bytes', 0))} MiB per member, cap {mx.get('cap')}; "
+                         f"tried: {tried or 'none'})" + (f"; {mx['skipped']}" if mx.get("skipped") else "")
+                         + (f"; {mx['note']}" if mx.get("note") else ""))
+    for prof in report.get("profiles", []):
+        dev = prof["device_busy_ms"]
+        lines.append(f"- where the array of {prof['members']}'s step goes (compile={prof['compile']}, "
+                     f"{PROFILE_STEPS} profiled steps): {prof['wall_ms']:.1f} ms a step"
+                     + (f", the device busy {dev:.1f} ms" if dev is not None else "") + "; host / device ms: "
+                     + ", ".join(f"{k} {v['host_ms']:.1f} / " + (f"{v['device_ms']:.1f}" if v["device_ms"] is not None
+                                                                else "-")
+                                 for k, v in sorted(prof["phases"].items())))
+    for t in report.get("targets", []):
+        lines.append(f"- target (array of 20, compile={t['compile']}): MFU {100 * t['mfu']:.1f}% (>= 35%), "
+                     f"{t['x_vs_1']:.2f}x its members one by one (>= 8x)"
+                     + (f", {t['x_vs_peer']:.2f}x the 8-process peer (>= 2x)" if t.get("x_vs_peer") else "")
+                     + f": {'met' if t['met'] else 'NOT met'}")
+    dropped = [r for r in report["plan"]["rows"] if r["status"] in ("dropped", "skipped")]
+    if dropped:
+        lines.append("- not run: " + "; ".join(f"{r['name']} ({r['note']})" for r in dropped))
+    took = ", ".join(f"{r['name']} {r['took_s']:.0f} s" for r in report["plan"]["rows"] if r["took_s"] is not None)
+    d = report["plan"]["default_on_h100"]
+    lines.append(f"- time: {report['timing_s']['total']:.0f} s in all ({took}); the plan's estimate "
+                 f"for these rows on one H100: {report['plan']['h100_expected_s']:.0f} s; for the default "
+                 f"command on one H100: {d['expected_s']:.0f} s"
+                 + (f" (--budget-s {d['budget_s']:g} drops {', '.join(d['dropped'])})" if d["dropped"] else ""))
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------ the suite
 def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
               budget_s: float | None = None, workdir: Path | None = None, peers: Sequence[int] = (),
+              sizes: Sequence[int] = (1, 5, 20), largest_cap: int = 64,
               log: Callable[[str], None] = lambda s: None) -> dict:
     t_start = time.perf_counter()
     peak = peak_flops(bc)[0]
-    sizes = sorted({1, *(m for m in bc.members if isinstance(m, int))})
-    env = environment(bc, command)
-    parts = plan(bc, sizes, peak, 35 if bc.device == "cuda" and not bc.tiny else 0, independence_steps)
-    for name, p in parts.items():
-        planned = f"{p['planned_s']:.0f} s" if p["planned_s"] is not None else "(no plan on a CPU)"
-        log(f"plan: {name:24s} {p['member_steps']:6d} member-steps {p['flops'] / 1e15:7.3f} PFLOP  {planned}")
-    rows: list[dict] = []
-    timing: dict[str, float] = {}
-    report: dict[str, Any] = {"suite": "gpu_suite", "version": SUITE_VERSION, "env": env,
-                              "date": time.strftime("%Y-%m-%d"), "precision": resolved_precision(bc),
+    sizes = sorted(set(sizes))
+    rows_plan = plan_rows(bc, peak, sizes, peers, independence_steps, 40)
+    dropped = fit_budget(rows_plan, budget_s)
+    plan = {r.name: r for r in rows_plan}
+    log(f"plan ({len(rows_plan)} rows; seconds on this device, then on one H100 SXM):")
+    for r in rows_plan:
+        here = f"{r.planned_s:6.0f} s" if r.planned_s is not None else "     - "
+        log(f"plan: {r.name:20s} {here}  H100 {r.h100_s:6.0f} s  {r.status}")
+    log(f"plan: these rows on one H100, start-up included: {h100_expected(rows_plan):.0f} s"
+        + (f"; dropped to fit --budget-s {budget_s:g}: {', '.join(dropped)}" if dropped else ""))
+    default = default_on_h100(bc)
+    log(f"plan: the default command (python bench/gpu_suite.py --out DIR) on one H100: about "
+        f"{default['expected_s']:.0f} s, start-up included (an estimate from its row list)"
+        + (f"; --budget-s {default['budget_s']:g} drops {', '.join(default['dropped'])}"
+           if default["dropped"] else ""))
+    report: dict[str, Any] = {"suite": "gpu_suite", "version": SUITE_VERSION, "date": time.strftime("%Y-%m-%d"),
+                              "precision": resolved_precision(bc), "backend": capture.BACKEND,
                               "plan_assumptions": {"array_mfu": ARRAY_MFU, "launch_floor_s": LAUNCH_FLOOR_S,
-                                                   "official_tflops": OFFICIAL_TFLOPS}}
+                                                   "official_tflops": OFFICIAL_TFLOPS, "eval_s": EVAL_S,
+                                                   "start_s": START_S, "compile_s": COMPILE_S,
+                                                   "compile_per_member_s": COMPILE_PER_MEMBER_S,
+                                                   "peer_start_s": PEER_START_S, "h100_peak": H100_PEAK}}
+    rows: list[dict] = []
+
+    def left() -> float:
+        return (budget_s - (time.perf_counter() - t_start)) if budget_s else math.inf
+
+    def part(name: str, fn: Callable[[], Any]) -> Any:
+        r = plan.get(name)
+        if r is None or r.status == "dropped":
+            return None
+        if r.planned_s is not None and r.planned_s > left():
+            r.status, r.note = "dropped", f"--budget-s: planned {r.planned_s:.0f} s, {max(0.0, left()):.0f} s left"
+            log(f"dropped: {name} ({r.note})")
+            return None
+        t = time.perf_counter()
+        out = fn()
+        r.took_s = time.perf_counter() - t
+        if r.status == "planned":
+            r.status = "measured"
+        return out
+
     with tempfile.TemporaryDirectory(prefix="gpu-suite-", dir=workdir) as tmp:
         t0 = time.perf_counter()
-        ws = make_workspace(Path(tmp), bc)
+        ws = make_workspace(Path(tmp) / "ws", bc)
+        timing = {"workspace": time.perf_counter() - t0}
+        # The peers first: their processes start before this one holds the device (an MPS
+        # daemon serves the contexts made after it starts).
+        mps_env, mps_line = (None, "not tried: no peer row runs")
+        wanted = [n for n in peers if plan[f"peers {n}"].status != "dropped"]
+        if wanted and bc.device == "cuda":
+            mps_env, mps_line = start_mps(Path(tmp))
+            log(f"CUDA MPS: {mps_line}")
+        elif wanted:
+            mps_line = "not tried: the peers run on a CPU"
+        try:
+            peer_runs = [out for n in peers if (out := part(f"peers {n}", lambda n=n: packed_official(
+                bc, n, Path(tmp), log, Path(tmp) / "ws", mps_env))) is not None]
+        finally:
+            stop_mps(mps_env)
+        report["peers"] = {"runs": peer_runs, "mps": mps_line}
+        report["env"] = environment(bc, command)
         data = SyntheticData(ws, bc.dims[0], bc.max_length, torch.device(bc.device), bc.seed, bc.kind,
-                             bc.vocab)
-        timing["workspace"] = time.perf_counter() - t0
+                             bc.vocab, clip_text=bc.store == "clip")
         once: dict[str, float] = {}
         bs = bc.batch_sizes[0]
 
-        def row(loop: str, methods: list[str]) -> dict:
-            r = bench_one(bc, ws, data, loop, methods, bs, peak, once)
+        profiles: list[dict] = []
+
+        def row(loop: str, methods: list[str], compiled: bool = False, profile: bool = False) -> dict:
+            cb = replace(bc, compile=compiled, compile_mode="reduce-overhead")
+            after = (lambda t, s: profile_phases(t, s, bc)) if profile else None
+            r = bench_one(cb, ws, data, loop, methods, bs, peak, once, after)
+            prof = r.pop("after", None)
+            if prof is not None:  # the largest planned array (20): where its step goes
+                profiles.append(prof)
             r["member_steps_per_s"] = r["members"] * r["steps_per_s"]
-            log(f"{loop:8s} M {len(methods):4d} {label(r):28s}: {r['step_ms']:8.1f} ms/step, "
-                f"{r['member_steps_per_s']:7.1f} member-steps/s")
+            log(f"{loop:8s} {r['compile']:15s} M {len(methods):4d} {label(r):28s}: "
+                f"{r['step_ms']:8.1f} ms/step, {r['member_steps_per_s']:7.1f} member-steps/s"
+                + (f" ({r['captured_steps']} captured steps)" if compiled else ""))
             return r
 
-        def part(name: str, fn: Callable[[], Any]) -> Any:
-            t = time.perf_counter()
-            out = fn()
-            parts[name]["took_s"] = time.perf_counter() - t
-            return out
-
-        part("official-style loop", lambda: rows.extend(row("official", [m]) for m in bc.methods))
+        part("official", lambda: rows.extend(row("official", [m]) for m in bc.methods))
         for m in sizes:
-            part(f"arrays of {m}", lambda m=m: rows.extend(
-                [row("ours", [x]) for x in bc.methods] if m == 1 else [row("ours", bc.mix(m))]))
-        left = (budget_s - (time.perf_counter() - t_start)) if budget_s else math.inf
-        t = time.perf_counter()
-        best, info = largest_array(bc, rows, lambda m: row("ours", bc.mix(m)), left, log)
-        key = next((k for k in parts if k.startswith("largest")), None)
-        if key:
-            parts[key]["took_s"] = time.perf_counter() - t
-        if best is not None:
-            rows.append(best)
-        report["largest"] = info
-        report["independence"] = part("independence", lambda: independence(bc, ws, data, independence_steps, log))
-        t = time.perf_counter()
-        report["peers"] = [packed_official(bc, n, Path(tmp), log) for n in peers]
-        timing["peers"] = time.perf_counter() - t
+            part(f"eager {m}", lambda m=m: rows.extend(
+                [row("ours", [x]) for x in bc.methods] if m == 1
+                else [row("ours", bc.mix(m), profile=m == max(sizes))]))
+        for m in sorted(sizes, key=lambda m: -m):  # the array of 20 first: the one that matters
+            part(f"captured {m}", lambda m=m: rows.extend(
+                [row("ours", [x], True) for x in bc.methods] if m == 1
+                else [row("ours", bc.mix(m), True, profile=m == max(sizes))]))
+        report["profiles"] = profiles
+        report["independence"] = {}
+        for prec in ("bf16", "fp32"):
+            out = part(f"independence {prec}",
+                       lambda prec=prec: independence(bc, ws, data, independence_steps, prec, log))
+            if out is not None:
+                report["independence"][prec] = out
+
+        def search() -> dict:
+            best, info = largest_array(bc, rows, lambda m: row("ours", bc.mix(m)), left(), largest_cap, log)
+            if best is not None:
+                rows.append(best)
+            if info.get("skipped") and info.get("fit") is None:
+                plan["largest"].status, plan["largest"].note = "skipped", info["skipped"]
+            return info
+
+        report["largest"] = part("largest", search)
     add_speedups(rows)
     report["rows"] = rows
-    report["parts"] = parts
     targets = []
+    peer8 = next((p for p in report["peers"]["runs"] if p["processes"] == 8), None)
     for r in rows:
         if r["loop"] == "ours" and r["members"] == 20 and r["mfu"] is not None and r["x_vs_1"] is not None:
-            targets.append({"members": 20, "mfu": r["mfu"], "x_vs_1": r["x_vs_1"],
-                            "met": r["mfu"] >= 0.35 and r["x_vs_1"] >= 8.0})
+            x_peer = r["member_steps_per_s"] / peer8["member_steps_per_s"] if peer8 else None
+            targets.append({"members": 20, "compile": r["compile"], "mfu": r["mfu"], "x_vs_1": r["x_vs_1"],
+                            "x_vs_peer": x_peer, "met": r["mfu"] >= 0.35 and r["x_vs_1"] >= 8.0
+                            and (x_peer is None or x_peer >= 2.0)})
     report["targets"] = targets
     timing["total"] = time.perf_counter() - t_start
     report["timing_s"] = timing
+    report["plan"] = {"budget_s": budget_s, "dropped": [r.name for r in rows_plan if r.status == "dropped"],
+                      "h100_expected_s": h100_expected(rows_plan), "default_on_h100": default,
+                      "rows": [{"name": r.name, "planned_s": r.planned_s, "h100_s": r.h100_s, "status": r.status,
+                                "took_s": r.took_s, "note": r.note} for r in rows_plan]}
     report["markdown"] = markdown(report)
     return report
+
+
+def resolved_precision(bc: BenchConfig) -> str:
+    return "bf16" if bc.precision == "bf16" or (bc.precision == "auto" and bc.device == "cuda") else "fp32"
 
 
 def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=False, default=None,
+                   help="folder for gpu_suite.json and gpu_suite.md (created)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if cuda else "cpu")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, small batches (a CPU smoke run)")
     p.add_argument("--members", nargs="+", type=int, default=None,
-                   help="array sizes besides 1 (default 5 20); the largest that fits is added on CUDA")
+                   help="mixed array sizes besides 1 (default 5 20)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
                    help="the mix, in member order (default mcse kdmcse dalr)")
     p.add_argument("--batch-size", type=int, default=None, help="default 64 (16 with --tiny)")
     p.add_argument("--max-length", type=int, default=None, help="default 32 (16 with --tiny)")
     p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                    help="our arrays (auto: bf16 autocast on CUDA, fp32 on CPU); the official-style loop is fp32")
-    p.add_argument("--steps", type=int, default=None, help="steps per timed window (20; 2 with --tiny)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps per row (10; 1 with --tiny)")
-    p.add_argument("--windows", type=int, default=None, help="timed windows per row (5; 1 with --tiny)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed window (10; 2 with --tiny)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps per row (5; 3 with --tiny: a captured array's first step is "
+                        "eager and its second compiles)")
+    p.add_argument("--windows", type=int, default=None, help="timed windows per row (3; 1 with --tiny)")
     p.add_argument("--independence-steps", type=int, default=20)
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak, if not detected")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default 1 on a CPU: spinning threads of a shared CPU cost more than they give)")
     p.add_argument("--budget-s", type=float, default=None,
-                   help="skip the largest-array search when it would end past this (default 450 on CUDA)")
-    p.add_argument("--json", type=Path, default=None, help="write the report here (and the table beside it as .md)")
-    p.add_argument("--peers", nargs="*", type=int, default=None, metavar="N",
-                   help="also time N official-style runs as separate processes at once, summed "
-                        "(default 4 8 on CUDA, none on a CPU)")
+                   help="keep the rows that fit this many seconds, by priority, and name the others "
+                        "(default 420 on CUDA: 8 minutes less start-up; none on a CPU)")
+    p.add_argument("--peers", nargs="*", type=int, default=[4, 8], metavar="N",
+                   help="time N official-style runs as separate processes at once, summed (default 4 8)")
+    p.add_argument("--largest-cap", type=int, default=None,
+                   help="the largest array the search may try (default 64; 24 with --tiny)")
+    p.add_argument("--backend", choices=["inductor", "aot_eager"], default=None,
+                   help="torch.compile's backend for captured rows (default inductor on CUDA, "
+                        "aot_eager on a CPU: the same capture without minutes of C++ compilation)")
+    p.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)  # before --out: a file
     a = p.parse_args(argv)
     if a.device == "cuda" and not cuda:
         p.error("--device cuda but torch.cuda.is_available() is False; run on a CUDA machine or use --device cpu --tiny")
+    if a.out is None and a.json is None:
+        p.error("give --out DIR (the folder for gpu_suite.json and gpu_suite.md)")
     if a.independence_steps < 1:
         p.error("--independence-steps must be >= 1")
     tiny = a.tiny
     if a.threads or a.device == "cpu":
         torch.set_num_threads(a.threads or 1)
+    capture.BACKEND = a.backend or ("inductor" if a.device == "cuda" else "aot_eager")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -470,31 +731,37 @@ def main(argv: list[str] | None = None) -> int:
     sizes = tuple(a.members or (5, 20))
     if any(m < 2 for m in sizes):
         p.error("--members lists array sizes >= 2 (arrays of 1 of each method are always timed)")
+    if 20 not in sizes and not tiny:  # --tiny: the smoke test's shorter rows, the largest profiled
+        p.error("--members must include 20: the profile row and the targets are the array of 20's")
     try:
         bc = BenchConfig(
             device=a.device, tiny=tiny, methods=tuple(a.methods), members=(1, *sizes),
             batch_sizes=(a.batch_size or (16 if tiny else 64),), max_length=a.max_length or (16 if tiny else 32),
             precision=a.precision, peak_tflops=a.peak_tflops,
-            steps=a.steps or (2 if tiny else 20), warmup=a.warmup if a.warmup is not None else (1 if tiny else 10),
-            windows=a.windows or (1 if tiny else 5),
+            steps=a.steps or (2 if tiny else 10), warmup=a.warmup if a.warmup is not None else (3 if tiny else 5),
+            windows=a.windows or (1 if tiny else 3),
             eval_pairs=(64, 64, 64) if tiny else STSB_PAIRS)
     except ValueError as err:
         p.error(str(err))
-    budget = a.budget_s if a.budget_s is not None else (450.0 if a.device == "cuda" else None)
+    if bc.warmup < 2:
+        p.error("--warmup must be >= 2: a captured array's first step is eager, its second compiles")
+    budget = a.budget_s if a.budget_s is not None else (420.0 if a.device == "cuda" else None)
     command = " ".join(["python", "bench/gpu_suite.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
-    peers = a.peers if a.peers is not None else ([4, 8] if a.device == "cuda" else [])
-    if any(n < 1 for n in peers):
+    if any(n < 1 for n in a.peers):
         p.error("--peers lists process counts >= 1")
+    cap = a.largest_cap or (24 if tiny else 64)
     report = run_suite(bc, command, independence_steps=a.independence_steps, budget_s=budget,
-                       peers=peers, log=lambda s: print(s, file=sys.stderr, flush=True))
+                       peers=a.peers, sizes=(1, *sizes), largest_cap=cap,
+                       log=lambda s: print(s, file=sys.stderr, flush=True))
     print(report["markdown"])
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = a.json.with_name(a.json.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(tmp, a.json)
-        a.json.with_suffix(".md").write_text(report["markdown"] + "\n")
-    return 0 if report["independence"]["passed"] else 1
+    target = (a.out / "gpu_suite.json") if a.out else a.json
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, target)
+    target.with_suffix(".md").write_text(report["markdown"] + "\n")
+    ok = all(ind["passed"] for ind in report["independence"].values())
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

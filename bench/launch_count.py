@@ -207,7 +207,8 @@ def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, meth
     rows = []
     with tempfile.TemporaryDirectory(prefix=f"launch-{width}-", dir=root) as tmp:
         ws = make_workspace(Path(tmp), bc, dims)
-        data = SyntheticData(ws, width, bc.max_length, torch.device("cpu"), bc.seed, kind, bc.vocab)
+        data = SyntheticData(ws, width, bc.max_length, torch.device("cpu"), bc.seed, kind, bc.vocab,
+                             clip_text=bc.store == "clip")
         for m in members:
             need, free = memory_needed(width, m, bc), memory_available()
             if free is not None and need > free:
@@ -223,7 +224,9 @@ def measure(width: int, members: Sequence[int], kind: str, bc: BenchConfig, meth
                 step()
             c = profile_steps(step, steps)
             rows.append({"width": width, "layers": 12, "heads": 12, "members": m, "kind": kind,
-                         "methods": dict(Counter(mix)), "ops": sum(c["ops"].values()),
+                         "methods": dict(Counter(mix)), "store": bc.store,
+                         "per_member_fallback": dict(trainer.objectives.looped),
+                         "ops": sum(c["ops"].values()),
                          "kernels": sum(c["kernels"].values()), "ops_by_phase": dict(c["ops"]),
                          "kernels_by_phase": dict(c["kernels"]), "kernels_by_name": dict(c["names"]),
                          "kernels_by_phase_and_name": dict(c["by_phase"]),
@@ -289,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["mcse"],
                    help="member i trains methods[i %% len] (default: MCSE only, for a clean slope)")
     p.add_argument("--kinds", nargs="+", choices=["pair", "text"], default=["pair"])
+    p.add_argument("--store", choices=["clip", "resnet"], default="clip",
+                   help="caption features: clip (image + CLIP text) or resnet (image only: MCSE's own store)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--steps", type=int, default=1, help="profiled steps per row")
@@ -305,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
     optim.CHUNKED_NORM_DEVICES = ()
     bc = BenchConfig(device="cpu", methods=tuple(dict.fromkeys(a.methods)), batch_sizes=(a.batch_size,),
-                     max_length=a.max_length, eval_pairs=(8, 8, 8))
+                     max_length=a.max_length, eval_pairs=(8, 8, 8), store=a.store)
     command = " ".join(["python", "bench/launch_count.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     env = environment(bc, command)
     for key in ("command", "git", "torch", "transformers", "device", "torch_threads", "loadavg_1m"):

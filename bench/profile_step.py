@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         ws = make_workspace(Path(tmp), bc)
-        data = SyntheticData(ws, bc.dims[0], bc.max_length, device, 0, vocab=bc.vocab)
+        data = SyntheticData(ws, bc.dims[0], bc.max_length, device, 0, vocab=bc.vocab,
+                             clip_text=bc.store == "clip")
         _student, step, _eval, _ckpt = build_ours(bc, ws, data, a.method, a.batch_size, members=a.members)
         for _ in range(a.warmup):
             step(rng.choice(POOL_ROWS, a.batch_size, replace=False))

@@ -55,7 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -87,6 +87,8 @@ PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), 
                     ("A100", 312.0))
 """Dense (no sparsity) bf16 peaks from NVIDIA's data sheets, matched in order in the device name."""
 TEACHER_DIRS = ("simcse", "DiffCSE")
+STORES = ("clip", "resnet")
+"""BenchConfig.store: a CLIP store (image + caption features) or MCSE's ResNet one (image only)"""
 POOL_ROWS = 2048
 LR, ADAM_EPS, CLIP = 3e-5, 1e-6, 1.0  # official recipe (docs/official-code.md §2.3)
 TARGET_M, TARGET_MFU, TARGET_X = 20, 0.35, 8.0
@@ -125,6 +127,13 @@ class BenchConfig:
     """cap of the 'max' doubling (needed on CPU, where no out-of-memory error stops it)"""
     packed: int = 1
     """how many copies of this command run side by side (recorded; see bench/README.md)"""
+    evaluate: bool = True
+    """time the evaluation too (the peer processes of gpu_suite.py skip it: they time steps)"""
+    vocab_size: int | None = None
+    """the random student's vocabulary (default: ``vocab``'s rule)"""
+    store: str = "clip"
+    """the caption store's features: 'clip' (image and CLIP caption features, the paper profile's
+    store for KDMCSE and DALR) or 'resnet' (the image feature only, MCSE's own store)"""
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS] + [x for x in self.loops if x not in LOOPS]
@@ -132,6 +141,8 @@ class BenchConfig:
             raise ValueError(f"unknown method/loop {bad}; methods from {METHODS}, loops from {LOOPS}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision={self.precision!r}; use auto, bf16 or fp32")
+        if self.store not in STORES:
+            raise ValueError(f"store={self.store!r}; use one of {', '.join(STORES)}")
         if self.device not in ("cpu", "cuda") or self.kind not in ("pair", "text"):
             raise ValueError(f"device={self.device!r} kind={self.kind!r}; use cpu|cuda and pair|text")
         if min(self.batch_sizes, default=0) < 2 or max(self.batch_sizes) > POOL_ROWS:
@@ -167,8 +178,9 @@ class BenchConfig:
     @property
     def vocab(self) -> int:
         """bert-base-uncased's 30522; 1024 for the tiny model, whose word embeddings would
-        otherwise be 20x its layers (and dominate its step and its AdamW update)."""
-        return 1024 if self.tiny else 30522
+        otherwise be 20x its layers (and dominate its step and its AdamW update); or
+        ``vocab_size``."""
+        return self.vocab_size or (1024 if self.tiny else 30522)
 
 
 # ------------------------------------------------------------------------------ synthetic inputs
@@ -213,6 +225,17 @@ def make_workspace(root: Path, bc: BenchConfig, dims: tuple[int, int, int] | Non
     return Workspace(root, enc, tuple(teachers), root / "senteval", splits)
 
 
+def open_workspace(root: Path) -> Workspace:
+    """A workspace ``make_workspace`` wrote (another process's): its folders and STS-B splits."""
+    splits = {}
+    for split in ("train", "dev", "test"):
+        lines = (root / "senteval" / "STS" / "STSBenchmark" / f"sts-{split}.csv").read_text().splitlines()
+        rows = [ln.split("\t") for ln in lines if ln]
+        splits[split] = ([(r[5], r[6]) for r in rows], np.array([float(r[4]) for r in rows]))
+    return Workspace(root, root / "encoder", tuple(str(root / n) for n in TEACHER_DIRS),
+                     root / "senteval", splits)
+
+
 class SyntheticData:
     """Stands in for ``TrainingData``: token ids on the host (as the tokenizer returns them) and
     CLIP features both on the device (ours) and as NumPy arrays (official-style). Only the batch
@@ -222,7 +245,7 @@ class SyntheticData:
     teacher_columns: tuple[str, ...] = ()
 
     def __init__(self, ws: Workspace, dim: int, max_length: int, device: torch.device, seed: int,
-                 kind: str = "pair", vocab: int = 30522):
+                 kind: str = "pair", vocab: int = 30522, clip_text: bool = True):
         g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(5, vocab, (POOL_ROWS, max_length), generator=g)
         self.ids[:, 0], self.ids[:, -1] = 2, 3  # [CLS] ... [SEP] of the test vocabulary
@@ -233,7 +256,11 @@ class SyntheticData:
         self.clip = torch.from_numpy(self.clip_np).to(device)
         self.senteval_dir = ws.senteval
         self.n_text, self.n_pair = (0, POOL_ROWS) if kind == "pair" else (POOL_ROWS, 0)
-        self.image_dim = self.clip_text_dim = dim
+        self.image_dim = dim
+        self.clip_text_dim = dim if clip_text else None
+        """None: a store without CLIP caption features (MCSE's ResNet store)"""
+        if not clip_text:
+            self.clip = None
 
     def batch(self, kind: str, indices: np.ndarray, tokenize, device: torch.device,
               teacher_columns: tuple[str, ...] = ()) -> Batch:
@@ -243,10 +270,20 @@ class SyntheticData:
         if kind == "text":
             return Batch(kind, ids, mask)
         d = idx.to(self.image.device, non_blocking=True)  # no stream sync the real loop lacks
-        return Batch(kind, ids, mask, image=self.image[d], clip_text=self.clip[d])
+        return Batch(kind, ids, mask, image=self.image[d],
+                     clip_text=None if self.clip is None else self.clip[d])
 
 
 # ------------------------------------------------------------------------------ the two loops
+def method_settings(method: str, store: str = "clip"):
+    """The method's default settings; on a store without caption features ('resnet'), KDMCSE's
+    CLIP-text term off (it reads them), as a KDMCSE member on MCSE's store would be configured."""
+    s = get_method(method).settings()
+    if store != "clip" and getattr(s, "clip_text_term", False):
+        s = replace(s, clip_text_term=False)
+    return s
+
+
 def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str | Sequence[str],
                bs: int, members: int = 1, seeds: Sequence[int] | None = None):
     """The real ``ArrayTrainer`` (stacked model, heads, teachers, AdamW, DevEvaluator) on synthetic
@@ -263,7 +300,7 @@ def build_ours(bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str 
     for i in range(members):
         m = mix[i % len(mix)]
         cfgs.append((f"{m}/m{i}", RunConfig(
-            objective=get_method(m).settings(), encoder=str(ws.encoder),
+            objective=method_settings(m, bc.store), encoder=str(ws.encoder),
             text_teachers=ws.teachers if m == "dalr" else (), batch_size=bs,
             max_length=bc.max_length, epochs=10**6, max_steps=10**9, seed=seeds[i],
             precision=bc.precision, final_eval=False,
@@ -287,7 +324,7 @@ class OfficialStep:
 
     def __init__(self, bc: BenchConfig, ws: Workspace, data: SyntheticData, method: str):
         self.device, self.kind, self.data = torch.device(bc.device), bc.kind, data
-        self.obj = get_method(method).settings().resolved()
+        self.obj = method_settings(method, bc.store).resolved()
         torch.manual_seed(bc.seed)
         self.student = Student(StudentConfig(
             encoder=str(ws.encoder), method=method, image_dim=data.image_dim,
@@ -306,7 +343,8 @@ class OfficialStep:
         teacher = image = clip = None
         if self.kind == "pair":  # the collator builds features on the host; moved every step
             image = torch.from_numpy(self.data.image_np[idx]).to(d)
-            clip = torch.from_numpy(self.data.clip_np[idx]).to(d)
+            if self.data.clip is not None:  # MCSE's ResNet store has no caption features
+                clip = torch.from_numpy(self.data.clip_np[idx]).to(d)
         out = self.student(ids, mask, image=image, clip_text=clip)
         if self.kind == "pair":
             embs, local = [], []
@@ -427,8 +465,12 @@ def peak_flops(bc: BenchConfig) -> tuple[float | None, str]:
 
 
 def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
-              methods: Sequence[str], bs: int, peak: float | None, once: dict[str, float]) -> dict:
-    """One row: an array of ``len(methods)`` members (ours) or one official-style run."""
+              methods: Sequence[str], bs: int, peak: float | None, once: dict[str, float],
+              after: Callable[[Any, Callable], Any] | None = None) -> dict:
+    """One row: an array of ``len(methods)`` members (ours) or one official-style run.
+    ``after(trainer, step)``, if given, runs on the warm trainer once the row is timed (a
+    profile of the same array: a captured one need not compile again); its result is the
+    row's ``"after"``."""
     device = torch.device(bc.device)
     if bc.compile:
         torch.compiler.reset()  # a fresh model per row: drop the previous row's graphs
@@ -448,7 +490,10 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         eval_key = "official"
     windows = time_windows(step, bc, bs)
     mem = _peak_bytes(device)
-    if eval_key not in once:  # the same for every method and batch size at one M
+    captured = getattr(getattr(trainer, "whole", None), "captured_steps", None)
+    if not bc.evaluate:
+        once.setdefault(eval_key, float("nan"))
+    elif eval_key not in once:  # the same for every method and batch size at one M
         evaluate()  # warm-up (cuBLAS heuristics, compile)
         once[eval_key] = statistics.median(timed(evaluate, device) for _ in range(3))
     ckpt = None
@@ -456,6 +501,7 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         ckpt = once.setdefault(f"ckpt/{methods[0]}", timed(checkpoint, device))
     step_s, eval_s = statistics.median(windows), once[eval_key]
     tokens = 2 * bs * bc.max_length * m
+    extra = after(trainer, step) if after is not None else None
     del trainer, step, evaluate, checkpoint
     return {
         "loop": loop, "members": m, "methods": dict(Counter(methods)), "batch_size": bs,
@@ -467,6 +513,9 @@ def bench_one(bc: BenchConfig, ws: Workspace, data: SyntheticData, loop: str,
         "peak_mem_per_member_bytes": mem / m, "eval_s": eval_s,
         "eval_sentences": 2 * (sum(bc.eval_pairs) if loop == "official" else bc.eval_pairs[1]),
         "checkpoint_s": ckpt, "x_vs_1": None, "x_vs_official": None, "max": False,
+        "compile": ("off" if not bc.compile or loop != "ours" else
+                    "graphs" if bc.compile_mode == "reduce-overhead" else "default"),
+        "captured_steps": captured, "after": extra,
     }
 
 
@@ -532,16 +581,16 @@ def environment(bc: BenchConfig, command: str) -> dict:
 
 
 def run_benchmark(bc: BenchConfig, command: str = "", workdir: Path | None = None,
-                  log: Callable[[str], None] = lambda s: None) -> dict:
+                  log: Callable[[str], None] = lambda s: None, workspace: Path | None = None) -> dict:
     """Every (loop, array, batch size) row with its speed-ups, the 'max' search, the environment."""
     peak = peak_flops(bc)[0]
     sizes = sorted({1, *(m for m in bc.members if m != MAX)})
     report: dict[str, Any] = {"env": environment(bc, command), "results": [], "max": None}
     rows = report["results"]
     with tempfile.TemporaryDirectory(prefix="bench-train-step-", dir=workdir) as tmp:
-        ws = make_workspace(Path(tmp), bc)
+        ws = open_workspace(workspace) if workspace else make_workspace(Path(tmp), bc)
         data = SyntheticData(ws, bc.dims[0], bc.max_length, torch.device(bc.device),
-                             bc.seed, bc.kind, bc.vocab)
+                             bc.seed, bc.kind, bc.vocab, clip_text=bc.store == "clip")
         once: dict[str, float] = {}
 
         def row(loop: str, methods: list[str], bs: int) -> dict:
@@ -663,6 +712,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[64])
     p.add_argument("--max-length", type=int, default=32)
     p.add_argument("--kind", choices=["pair", "text"], default="pair")
+    p.add_argument("--store", choices=STORES, default="clip",
+                   help="caption features: clip (image + CLIP text) or resnet (image only, MCSE's store)")
     p.add_argument("--steps", type=int, default=None, help="steps per window (20 cuda, 3 cpu)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (10 cuda, 1 cpu)")
     p.add_argument("--windows", type=int, default=None, help="timed windows (5 cuda, 3 cpu)")
@@ -679,6 +730,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sum-packed", nargs="+", type=Path, default=None, metavar="JSON",
                    help="only sum the --json reports of processes run side by side, and exit")
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
+    p.add_argument("--workspace", type=Path, default=None,
+                   help="a workspace another run wrote (its random BERT, teachers and STS-B files)")
+    p.add_argument("--no-eval", action="store_true", help="time the steps only, not the evaluation")
     a = p.parse_args(argv)
     if a.sum_packed:
         print(format_packed(sum_packed([json.loads(f.read_text()) for f in a.sum_packed])))
@@ -692,9 +746,9 @@ def main(argv: list[str] | None = None) -> None:
         bc = BenchConfig(
             device=a.device, tiny=a.tiny, methods=tuple(a.methods if a.mixed else a.methods[:1]),
             members=tuple(a.members or ((1, 5, 20, MAX) if gpu else (1, 5))),
-            batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind,
+            batch_sizes=tuple(a.batch_sizes), max_length=a.max_length, kind=a.kind, store=a.store,
             compile=a.compile, compile_mode=a.compile_mode, peak_tflops=a.peak_tflops,
-            loops=tuple(a.loops), max_members=a.max_members, packed=a.packed,
+            loops=tuple(a.loops), max_members=a.max_members, packed=a.packed, evaluate=not a.no_eval,
             steps=a.steps or (20 if gpu else 3), warmup=a.warmup if a.warmup is not None else (10 if gpu else 1),
             windows=a.windows or (5 if gpu else 3))
     except ValueError as err:
@@ -705,7 +759,8 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("command", "git", "torch", "transformers", "cuda", "device", "torch_threads",
                 "loadavg_1m", "peak", "packed"):
         print(f"# {key:13s} {env[key]}")
-    report = run_benchmark(bc, command, log=lambda s: print(s, file=sys.stderr, flush=True))
+    report = run_benchmark(bc, command, log=lambda s: print(s, file=sys.stderr, flush=True),
+                           workspace=a.workspace)
     print(format_report(report))
     if a.json:
         tmp = a.json.with_name(a.json.name + ".tmp")

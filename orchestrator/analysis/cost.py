@@ -273,8 +273,10 @@ def read_measured(path: str | Path) -> Measured:
     """The arrays of a ``bench/gpu_suite.py --json`` report; one clear error when it is not one."""
     try:
         r = json.loads(Path(path).read_text())
-        rows = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] > 1]
-        ones = [x for x in r["rows"] if x["loop"] == "ours" and x["members"] == 1]
+        # the eager arrays (a run's default, compile=off): a captured row prices no plan
+        ours = [x for x in r["rows"] if x["loop"] == "ours" and x.get("compile", "off") == "off"]
+        rows = [x for x in ours if x["members"] > 1]
+        ones = [x for x in ours if x["members"] == 1]
         device = r["env"]["device"]
         precision = report_precision(r)
         rates = {int(x["members"]): x["members"] * x["steps_per_s_with_eval"] for x in rows}

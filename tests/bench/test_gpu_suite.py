@@ -1,8 +1,9 @@
-"""bench/gpu_suite.py: ``python bench/gpu_suite.py --device cpu --tiny`` runs end to end in a
-process where Ray, MLflow and Optuna cannot be imported, and writes a JSON report and a Markdown
-table whose figures are sane: every row's rates positive and consistent with its step time, the
-arrays of 1, 5 and 20 and the official-style baseline present, a member-independence verdict
-that could have failed (another seed differs beyond the tolerance)."""
+"""bench/gpu_suite.py, the one GPU command, runs end to end on a CPU at tiny shapes in a process
+where Ray, MLflow and Optuna cannot be imported, and writes ``gpu_suite.json`` and
+``gpu_suite.md`` with every row: the official-style loop, eager and captured arrays, the peer
+processes, member independence in both precisions (a check that could fail: another seed differs
+beyond the tolerance), the largest array's search, the profiled step's phases and the plan with
+its H100 wall time; ``--budget-s`` drops rows and names them."""
 
 from __future__ import annotations
 
@@ -33,13 +34,22 @@ finally:
 """
 
 
+SMALL = ["--device", "cpu", "--tiny", "--members", "2", "3", "--peers", "2", "--largest-cap", "4",
+         "--independence-steps", "4", "--steps", "1", "--warmup", "2"]
+"""every row of the GPU command, at tiny shapes and short rows (arrays of 2 and 3 stand for 5 and
+20; the largest of them is profiled): about two minutes on one core"""
+
+
+def run_suite(out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repo itself
+    return subprocess.run([sys.executable, "-c", RUNNER, *args, "--out", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-suite") / "suite.json"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repo itself
-    proc = subprocess.run([sys.executable, "-c", RUNNER, "--device", "cpu", "--tiny", "--json", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    return proc, out
+    out = tmp_path_factory.mktemp("gpu-suite")
+    return run_suite(out, *SMALL), out / "gpu_suite.json"
 
 
 def test_runs_without_ray_mlflow_optuna(suite):
@@ -49,42 +59,64 @@ def test_runs_without_ray_mlflow_optuna(suite):
     assert out.is_file() and out.with_suffix(".md").is_file()
 
 
-def test_report_structure_and_sanity(suite):
+def test_every_row_is_measured_and_written(suite):
     proc, out = suite
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["suite"] == "gpu_suite" and r["precision"] == "fp32"  # auto on a CPU
     assert r["env"]["command"].startswith("python bench/gpu_suite.py --device cpu --tiny")
     rows = r["rows"]
-    kinds = {(x["loop"], x["members"]) for x in rows}
-    assert kinds == {("official", 1), ("ours", 1), ("ours", 5), ("ours", 20)}
-    assert sorted(next(iter(x["methods"])) for x in rows if x["loop"] == "official") == ["dalr", "kdmcse", "mcse"]
+    kinds = {(x["loop"], x["compile"], x["members"]) for x in rows if not x["max"]}
+    assert kinds == {("official", "off", 1), *(("ours", c, m) for c in ("off", "graphs")
+                                                for m in (1, 2, 3))}
+    for loop, compiled in (("official", "off"), ("ours", "off"), ("ours", "graphs")):
+        ones = [next(iter(x["methods"])) for x in rows
+                if (x["loop"], x["compile"], x["members"]) == (loop, compiled, 1)]
+        assert sorted(ones) == ["dalr", "kdmcse", "mcse"], (loop, compiled)
     for x in rows:
         for k in ("step_ms", "member_steps_per_s", "tokens_per_s", "flops_per_step", "tflops",
-                  "peak_mem_per_member_bytes", "steps_per_s_with_eval", "eval_s"):
+                  "peak_mem_per_member_bytes", "steps_per_s_with_eval"):
             assert x[k] > 0, (k, x)
         assert x["member_steps_per_s"] == pytest.approx(x["members"] * 1e3 / x["step_ms"])
-        assert x["tokens_per_s"] == pytest.approx(2 * 16 * 16 * x["members"] * 1e3 / x["step_ms"])
         assert x["mfu"] is None  # no peak on a CPU
         assert sum(x["methods"].values()) == x["members"]
         if x["loop"] == "ours" and x["members"] > 1:
             assert x["x_vs_1"] > 0 and x["x_vs_official"] > 0
-    twenty = next(x for x in rows if x["members"] == 20)
-    assert twenty["methods"] == {"mcse": 7, "kdmcse": 7, "dalr": 6}
-    assert "skipped" in r["largest"]  # a GPU figure
-    ind = r["independence"]
-    assert ind["verdict"] == "independent" and ind["passed"]
-    assert ind["steps"] == 20 and ind["array_of_5"] == ["mcse", "kdmcse", "dalr", "mcse", "kdmcse"]
-    c = ind["comparisons"]
-    assert c["in an array of 5"]["max_abs_loss_diff"] <= 1e-5  # fp32: the contract of test_trainer
-    assert c["another seed"]["max_abs_loss_diff"] > 1e-2  # the check can see a real difference
-    assert {"text", "total"} <= set(ind["loss_terms"])
-    assert all(len(v) == 20 for v in ind["curves"].values())
-    for name in ("official-style loop", "arrays of 1", "arrays of 5", "arrays of 20", "independence"):
-        assert r["parts"][name]["took_s"] > 0 and r["parts"][name]["member_steps"] > 0
+        if x["compile"] == "graphs":  # the whole step ran captured, not eagerly
+            assert x["captured_steps"] > 0, x
+    # the peer: separate processes, summed
+    (peer,) = r["peers"]["runs"]
+    assert peer["processes"] == 2 and len(peer["step_ms"]) == 2
+    assert peer["member_steps_per_s"] == pytest.approx(sum(1e3 / ms for ms in peer["step_ms"]))
+    # independence in both precisions, with a check that can fail
+    for prec in ("bf16", "fp32"):
+        ind = r["independence"][prec]
+        assert ind["passed"] and ind["verdict"] == "independent"
+        assert ind["comparisons"]["another seed"]["max_abs_loss_diff"] > 1e-2
+    assert r["independence"]["fp32"]["comparisons"]["in an array of 5"]["max_abs_loss_diff"] <= 1e-5
+    # the largest array: a bounded search that tried something
+    assert r["largest"]["fit"] is not None and 0 < len(r["largest"]["tried"]) <= 3
+    # where the largest planned array's step goes, eager and captured
+    assert {(p["members"], p["compile"]) for p in r["profiles"]} == {(3, "off"), (3, "graphs")}
+    assert all(p["wall_ms"] > 0 and p["phases"] for p in r["profiles"])
+    # the plan: every row planned, nothing dropped, the H100 wall time stated
+    plan = r["plan"]
+    assert not plan["dropped"] and all(x["took_s"] is not None for x in plan["rows"])
+    assert plan["default_on_h100"]["expected_s"] < 480  # the default command fits 8 minutes
     md = out.with_suffix(".md").read_text()
-    assert md == r["markdown"] + "\n" and md.count("\n| ours |") == 5 and "**independent**" in md
-    assert r["markdown"] in proc.stdout
+    assert md == r["markdown"] + "\n" and r["markdown"] in proc.stdout
+    assert md.count("\n| ours |") == sum(x["loop"] == "ours" for x in rows)
+    assert "**independent**" in md and "peer (what a Tune user runs)" in md
+    assert "on one H100" in proc.stderr  # the plan is printed before anything runs
+
+
+def test_a_budget_drops_rows_and_names_them(tmp_path):
+    proc = run_suite(tmp_path, "--device", "cpu", "--tiny", "--budget-s", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "gpu_suite.json").read_text())
+    assert not r["rows"] and set(r["plan"]["dropped"]) >= {"official", "eager 1", "captured 20"}
+    md = (tmp_path / "gpu_suite.md").read_text()
+    assert "- not run: official (--budget-s 1:" in md
 
 
 def test_the_cost_estimate_reads_the_report(suite):
@@ -93,14 +125,13 @@ def test_the_cost_estimate_reads_the_report(suite):
     proc, out = suite
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = read_measured(out)
-    ours = [x for x in json.loads(out.read_text())["rows"] if x["loop"] == "ours"]
+    ours = [x for x in json.loads(out.read_text())["rows"]
+            if x["loop"] == "ours" and x["compile"] == "off" and not x["max"]]
     rows = {x["members"]: x for x in ours}
     ones = [1 / x["steps_per_s_with_eval"] for x in ours if x["members"] == 1]  # one a method
-    want = {1: len(ones) / sum(ones), **{k: k * rows[k]["steps_per_s_with_eval"] for k in (5, 20)}}
-    assert m.rates == pytest.approx(want)
-    assert m.flops_per_member_step == pytest.approx(rows[5]["flops_per_step"] / 5)
-    # its arrays trained in fp32 (--precision auto on a CPU): it prices fp32 plans only
-    assert m.precision == json.loads(out.read_text())["precision"] == "fp32"
+    want = {1: len(ones) / sum(ones), **{k: k * rows[k]["steps_per_s_with_eval"] for k in (2, 3)}}
+    assert {k: v for k, v in m.rates.items() if k in want} == pytest.approx(want)
+    assert m.precision == "fp32"  # its arrays trained in fp32 (--precision auto on a CPU)
 
 
 @pytest.mark.slow

@@ -111,12 +111,14 @@ def member_terms(template: torch.nn.Module, m0: Member, pair: bool) -> Callable[
     s0, f0 = m0.objective, m0.filter
 
     def one(params, buffers, x):
+        # an input the store or the method lacks (no CLIP text, no teachers) is absent from
+        # ``x``, not None: vmap maps tensors only
         out = functional_call(template, (params, buffers), (x["cls"], x["z"], x["mask"]),
                               {"image": x.get("image"), "clip_text": x.get("clip_text")})
-        s = dataclasses.replace(s0, **x["settings"]) if x["settings"] else s0
+        s = dataclasses.replace(s0, **x["settings"]) if x.get("settings") else s0
         teacher = None
         if pair:
-            teacher = TeacherInputs(image=x["image"], clip_text=x.get("clip_text"),
+            teacher = TeacherInputs(image=x.get("image"), clip_text=x.get("clip_text"),
                                     text_teachers=x.get("embs", ()),
                                     text_teacher_local=x.get("local", ()))
         terms = compute_objective(s, out, teacher, generator=PreDrawn(x.get("perms")))
@@ -317,22 +319,34 @@ class MethodGroups:
             "mask": mask[rows, :n, :length],
         }
         if kind == "pair":
+            # A feature the store lacks (MCSE's ResNet store has no CLIP text) is left out, not
+            # passed as None: vmap rejects a None it is asked to map, and the whole method would
+            # then run one member at a time. Every member of a group reads the same store
+            # columns (``_key``), so the first batch says what the group has.
             for name in ("image", "clip_text"):
-                x = getattr(b0, name)
-                inputs[name] = None if x is None else torch.stack([getattr(batches[j][1], name) for j in js])
+                if getattr(b0, name) is not None:
+                    inputs[name] = torch.stack([getattr(batches[j][1], name) for j in js])
             if js[0] in teach:  # the teachers' forward, each member's rows of it
                 embs = [teach[j][0] for j in js]
                 inputs["embs"] = tuple(torch.stack(e) for e in zip(*embs, strict=True))
                 if m0.needs.teacher_tokens:
                     inputs["local"] = self._local([teach[j][1] for j in js], length)
-            else:
+            elif b0.text_teachers:
                 inputs["embs"] = tuple(torch.stack(e) for e in zip(
                     *(batches[j][1].text_teachers for j in js), strict=True))
+        settings = self.settings_of(js)
+        if settings:  # the float settings the members differ on, if any
+            inputs["settings"] = settings
+        return inputs
+
+    def settings_of(self, js: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The float settings on which the alive members ``js`` differ (``member_settings``),
+        made once per set of members (a captured step makes them before its graph runs)."""
+        members = [self.tr.alive[j] for j in js]
         key = tuple(m.key for m in members)
         if key not in self._settings:
-            self._settings[key] = member_settings(members, cls.device)
-        inputs["settings"] = self._settings[key]
-        return inputs
+            self._settings[key] = member_settings(members, self.tr.device)
+        return self._settings[key]
 
     @staticmethod
     def _local(locals_: list[tuple[torch.Tensor, ...]], length: int) -> tuple[torch.Tensor, ...]:

@@ -40,13 +40,19 @@ class FiniteCheck:
         caption batches in a row (``errors``: the members whose heads or loss raised, and why).
         One host sync for the array."""
         names = [list(t) for t in all_terms]
+        back = self.read_back(all_terms, masked)
+        return self.reasons(back.tolist(), alive, names, sorted(masked), errors, step)
+
+    def read_back(self, all_terms: list[dict[str, torch.Tensor]],
+                  masked: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The device half of the check: one vector of the members' flags (1: a non-finite term),
+        the filter shares (members in index order) and every term's value (members in order,
+        each member's terms in its dict's order), for ``reasons`` to read in one transfer."""
+        names = [list(t) for t in all_terms]
         flat = torch.stack([t[k].detach().float() for t, ks in zip(all_terms, names, strict=True) for k in ks]
                            + [masked[j].detach().float() for j in sorted(masked)])
         ok = torch.isfinite(flat)
         n = flat.numel() - len(masked)
-        bounds = [0]
-        for ks in names:
-            bounds.append(bounds[-1] + len(ks))
         # each member's count of non-finite terms in one scatter (a fixed number of kernels, not
         # two a member): owner[i] is the member of term i
         owner = self._constants([j for j, ks in enumerate(names) for _ in ks], torch.long,
@@ -64,9 +70,19 @@ class FiniteCheck:
             dist.all_reduce(both)
             member_bad, shares = both[: len(names)], both[len(names):] / self.world
         # one read-back for the array: the members' flags, the filter shares and every value
-        back = torch.cat([member_bad.float(), shares.float(), flat]).tolist()
-        bad_list, share_list = back[: len(names)], back[len(names): len(names) + shares.numel()]
-        vals = back[len(names) + shares.numel():]
+        return torch.cat([member_bad.float(), shares.float(), flat[:n]])
+
+    def reasons(self, back: list[float], alive: Sequence[Member], names: list[list[str]],
+                masked: list[int], errors: dict[int, str], step: int) -> dict[int, str]:
+        """The host half: ``back`` (``read_back``'s vector, read to the host) -> the members to
+        drop and why; advances each filtered member's run of fully masked caption batches.
+        ``names``: each member's term names in order; ``masked``: the members (index among the
+        alive, ascending) whose filter share is in ``back``."""
+        bounds = [0]
+        for ks in names:
+            bounds.append(bounds[-1] + len(ks))
+        bad_list, share_list = back[: len(names)], back[len(names): len(names) + len(masked)]
+        vals = back[len(names) + len(masked):]
         ok_list = [math.isfinite(v) for v in vals]
         out: dict[int, str] = {}
         for j, ks in enumerate(names):
@@ -86,7 +102,7 @@ class FiniteCheck:
                 out[j] = (f"non-finite loss at step {step}: term {culprit!r} is {value} (config "
                           f"{m.record.config_hash}); lower lr, check the features for NaN/inf, or use "
                           "precision=fp32")
-        for j, frac in zip(sorted(masked), share_list, strict=True):
+        for j, frac in zip(masked, share_list, strict=True):
             r, f = alive[j].record, alive[j].filter
             if f is None or j in errors:
                 continue

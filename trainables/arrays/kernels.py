@@ -10,6 +10,10 @@ scale, copy or take the norm of many tensors is a kernel per tensor. So the arra
   and transformers' weight decay after the update (``optim.py``): one call for every tensor;
 - ``torch._foreach_copy_``: the heads' BatchNorm statistics back into each member
   (``batched.py``): one call for every member;
+- ``torch._dynamo.config``: ``trace_autograd_ops``, the switch that lets a compiled function
+  call ``torch.autograd.grad`` (off by default in torch 2.13), and ``recompile_limit``, for the
+  captured whole step of ``compile=graphs`` (``capture.py``). Where the switch is missing, the
+  encoder alone is captured, and a line says why.
 - ``torch.utils._python_dispatch.TorchDispatchMode``: counting the operators a method's heads and
   loss run (``method_check.py``'s cost of one by one), which no public API sees below autograd.
 
@@ -160,6 +164,25 @@ def optimizer_path() -> str:
     if others:
         line += "; public loops instead of " + "; ".join(others.values())
     return line
+
+
+def autograd_in_graphs_why() -> str | None:
+    """Why this torch cannot trace ``torch.autograd.grad`` into a compiled graph, or None."""
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    if config is None or not hasattr(config, "trace_autograd_ops"):
+        return "this torch's Dynamo cannot trace torch.autograd.grad (no trace_autograd_ops)"
+    if not hasattr(config, "recompile_limit"):
+        return "this torch's Dynamo has no recompile_limit"
+    return None
+
+
+def allow_autograd_in_graphs(recompile_limit: int) -> None:
+    """Let compiled functions trace ``torch.autograd.grad`` (the captured step's backward) and
+    compile up to ``recompile_limit`` graphs of one function (a run's step structures), for the
+    whole process. Only where ``autograd_in_graphs_why()`` is None."""
+    config = torch._dynamo.config
+    config.trace_autograd_ops = True
+    config.recompile_limit = max(config.recompile_limit, recompile_limit)
 
 
 _announced = False

@@ -387,6 +387,109 @@ class ArrayAdamW:
         if isinstance(wd_post, torch.Tensor) or wd_post != 0.0:
             p.mul_(1 - lr * wd_post)
 
+    # --- a captured step (capture.py) -----------------------------------------------------
+    def reached(self) -> tuple[tuple[bool, ...], tuple[tuple[bool, ...], ...]]:
+        """After a backward, before ``clip``: which stacked tensors and which of each member's
+        own tensors have a gradient (what a captured step of the same structure will reach)."""
+        return (tuple(p.grad is not None for p in self.stacked),
+                tuple(tuple(p.grad is not None for p in ps) for ps in self.own))
+
+    def captured_plan(self, reached: tuple[tuple[bool, ...], tuple[tuple[bool, ...], ...]],
+                      ) -> tuple[tuple, list[float]]:
+        """The host's half of a captured step's update: ``step``'s bookkeeping (the array's
+        count ``t`` and each tensor's own step count, advanced by ``_work``'s rules for the
+        gradients ``reached`` gives) without touching a tensor. -> (the layout: which tensors
+        step and where their numbers sit in the vector, a constant while the structure is;
+        the vector: each member's lr and weight decays, and per step count the members' eps and
+        the bias corrections, computed as ``step`` computes them), for ``captured_update``."""
+        self.t += 1
+        m = self.n_members
+        lrs = [h.lr * self.lr_factor(self.t - 1) for h in self.hyper]
+        any_official = any(h.official for h in self.hyper)
+        vec = [*lrs, *(0.0 if h.official else h.weight_decay for h in self.hyper),
+               *(h.weight_decay if h.official else 0.0 for h in self.hyper)]
+        at: dict[tuple[int | None, int], int] = {}  # (member or None, count) -> offset in vec
+        b1, b2 = self.betas
+
+        def numbers(i: int | None, s: int) -> int:
+            if (i, s) not in at:
+                at[(i, s)] = len(vec)
+                hs = self.hyper if i is None else [self.hyper[i]]
+                vec.extend(self._eps(h, s) for h in hs)
+                vec.extend((1 - b1**s, 1 - b2**s))
+            return at[(i, s)]
+
+        stacked = []
+        for k, r in enumerate(reached[0]):
+            take = r or (any_official and self.s_st[k] > 0)
+            if take:
+                self.s_st[k] += 1
+            stacked.append((take, r, numbers(None, self.s_st[k]) if take else -1))
+        own = []
+        for i, rs in enumerate(reached[1]):
+            official = self.hyper[i].official
+            row = []
+            for k, r in enumerate(rs):
+                take = r or (official and self.s_own[i][k] > 0)
+                if take:
+                    self.s_own[i][k] += 1
+                row.append((take, r, numbers(i, self.s_own[i][k]) if take else -1))
+            own.append(tuple(row))
+        return (m, tuple(stacked), tuple(own)), vec
+
+    @torch.no_grad()
+    def captured_update(self, layout: tuple, vec: torch.Tensor, grads_st: Sequence[torch.Tensor | None],
+                        grads_own: Sequence[Sequence[torch.Tensor | None]], ok: torch.Tensor) -> None:
+        """``clip`` and ``step`` as tensor code with no host read and no Python number that
+        changes between steps, for a captured step: the numbers come in ``vec``
+        (``captured_plan``'s vector, on the device) and the gradients from the step's own
+        ``autograd.grad``. A member whose ``ok`` is False keeps its weights (it leaves the array
+        after the step, as the finite check drops it before the eager update). The same update as
+        the eager one, to float rounding (it is written out, not torch's fused kernel: the
+        official eps changes with the step count, which the kernel takes as a Python number)."""
+        m, stacked, own = layout
+        b1, b2 = self.betas
+        lr, wd_pre, wd_post = vec[:m], vec[m:2 * m], vec[2 * m:3 * m]
+        # each member's gradient norm over its stacked rows and its own tensors, as ``clip``
+        sq = [torch.linalg.vector_norm(g.flatten(1), dim=1, dtype=torch.float32).pow(2)
+              for g in grads_st if g is not None]
+        total = torch.stack(sq).sum(0) if sq else vec.new_zeros(m)
+        own_sq = []
+        for gs in grads_own:
+            parts = [torch.linalg.vector_norm(g, dtype=torch.float32).pow(2) for g in gs if g is not None]
+            own_sq.append(torch.stack(parts).sum() if parts else vec.new_zeros(()))
+        norms = (total + torch.stack(own_sq)).sqrt()
+        limit = torch.tensor([h.grad_clip for h in self.hyper], dtype=torch.float32, device=vec.device)
+        coef = (limit / (norms + 1e-6)).clamp(max=1.0)
+
+        def update(p, g, mo, v, i, at, keep) -> None:
+            n = 1 if i is not None else m
+            eps = vec[at:at + n]
+            c1, c2 = vec[at + n], vec[at + n + 1]
+            if i is None:
+                shape = (-1, *([1] * (p.dim() - 1)))
+                lr_, pre, post, eps, c = (x.view(shape) for x in (lr, wd_pre, wd_post, eps, coef))
+                keep = keep.view(shape)
+            else:
+                lr_, pre, post, eps, c = lr[i], wd_pre[i], wd_post[i], eps[0], coef[i]
+            g = (g * c).to(p.dtype) if g is not None else torch.zeros_like(p)
+            m1 = mo.lerp(g, 1 - b1)
+            v1 = v * b2 + (1 - b2) * g * g
+            p1 = p * (1 - lr_ * pre)
+            p1 = p1 - (lr_ / c1) * m1 / (v1.sqrt() / c2.sqrt() + eps)
+            p1 = p1 * (1 - lr_ * post)
+            for dst, new in ((p, p1), (mo, m1), (v, v1)):
+                dst.copy_(torch.where(keep, new, dst))
+
+        for k, (take, _reached, at) in enumerate(stacked):
+            if take:
+                update(self.stacked[k], grads_st[k], self.m_st[k], self.v_st[k], None, at, ok)
+        for i, row in enumerate(own):
+            for k, (take, _reached, at) in enumerate(row):
+                if take:
+                    update(self.own[i][k], grads_own[i][k], self.m_own[i][k], self.v_own[i][k], i,
+                           at, ok[i])
+
     def zero_grad(self) -> None:
         if self.flat is not None:  # drops them: the next backward's are gathered at its sync
             self.flat.zero_grad()

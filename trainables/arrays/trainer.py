@@ -39,6 +39,7 @@ from torch.profiler import record_function
 from trainables.arrays import checkpoint, final_eval, teachers
 from trainables.arrays.batched import MethodGroups
 from trainables.arrays.build import build_array
+from trainables.arrays.capture import whole_step
 from trainables.arrays.finite_check import FiniteCheck
 from trainables.arrays.halving import Halving
 from trainables.arrays.members import Member, pad_to
@@ -89,6 +90,8 @@ class ArrayTrainer:
         self.halving = Halving.of(halving, groups, [m.key for m in self.members])
         # Each member's heads and loss terms: one batched computation per method (batched.py).
         self.objectives = MethodGroups(self)
+        # compile=graphs: the step, forward to update, as one captured function (capture.py)
+        self.whole = whole_step(self, self.cfg.compile)
 
     # --- one step -------------------------------------------------------------------------
     def train_step(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -102,23 +105,20 @@ class ArrayTrainer:
                 batches.append((st.kind, m.data.batch(st.kind, idx, self.tokenize, self.device,
                                                       teacher_columns=m.teacher_columns)))
         poisoned = maybe_inject(step, [m.record.config_hash for m in self.alive])
-        rows = max(b.input_ids.shape[0] for _, b in batches)
-        length = max(b.input_ids.shape[1] for _, b in batches)
-        if self.cfg.compile == "graphs":  # one shape at every step: what a CUDA graph replays
-            rows, length = max(rows, -(-self.cfg.batch_size // self.world)), self.cfg.max_length
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.stack([pad_to(b.input_ids, rows, length, pad) for _, b in batches])
-        mask1 = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
-        # Two dropout views of each sentence from one pass: rows 2i and 2i+1 are sentence i.
-        ids, mask = ids.repeat_interleave(2, dim=1), mask1.repeat_interleave(2, dim=1)
+        ids, mask, mask1, extents = self._stacked_inputs(batches)
+        key = None
+        if self.whole is not None:  # compile=graphs: the whole step as one captured function
+            key = self.whole.structure(batches)
+            if self.whole.ready(key, poisoned):
+                with record_function("array/captured"):
+                    all_terms, bad = self.whole.run(key, batches, ids, mask, mask1, extents, step)
+                return self._end_step(step, all_terms, bad)
         # On the parameters' device: autocast("cuda") would leave precision=bf16 on CPU in fp32.
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp
                     else contextlib.nullcontext())
+        pad = self.tokenizer.pad_token_id or 0
         with autocast:
             with record_function("array/student"):
-                # each member's rows (both views) and length, from its batch: no read-back
-                extents = ([2 * b.input_ids.shape[0] for _, b in batches],
-                           [b.attention_mask.shape[1] for _, b in batches])
                 cls = self.model.cls(ids, mask, [m.dropout for m in self.alive], extents)
                 z = self.model.mlp(cls)
             with record_function("array/teachers"):
@@ -130,6 +130,8 @@ class ArrayTrainer:
         # a member with a bad loss leaves before any weight changes.
         with record_function("array/backward"):
             total.backward()
+        if key is not None and not poisoned:  # what a captured step of this structure reaches
+            self.whole.learn(key, all_terms, masked, self.objectives.errors)
         if self.world > 1:
             self._all_reduce_grads()
         with record_function("array/inspect"):
@@ -138,11 +140,40 @@ class ArrayTrainer:
         if bad:
             self._drop(bad)
             all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
+            bad = {}
         with record_function("array/optimizer"):
             if self.alive:
                 self.optimizer.clip()
                 self.optimizer.step()
             self.optimizer.zero_grad()
+        return self._end_step(step, all_terms, bad)
+
+    def _stacked_inputs(self, batches: list[tuple[str, Batch]]
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[list[int], list[int]]]:
+        """The members' batches as the stacked encoder reads them: (ids, mask) of both dropout
+        views, (M, 2 rows, L) (rows 2i and 2i+1 are sentence i), the one-view mask (M, rows, L)
+        and each member's extent (its rows of both views and its length, from its batch's shape:
+        no read-back)."""
+        rows = max(b.input_ids.shape[0] for _, b in batches)
+        length = max(b.input_ids.shape[1] for _, b in batches)
+        if self.cfg.compile == "graphs":  # one shape at every step: what a CUDA graph replays
+            rows, length = max(rows, -(-self.cfg.batch_size // self.world)), self.cfg.max_length
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.stack([pad_to(b.input_ids, rows, length, pad) for _, b in batches])
+        mask1 = torch.stack([pad_to(b.attention_mask, rows, length, 0) for _, b in batches])
+        # Two dropout views of each sentence from one pass: rows 2i and 2i+1 are sentence i.
+        ids, mask = ids.repeat_interleave(2, dim=1), mask1.repeat_interleave(2, dim=1)
+        extents = ([2 * b.input_ids.shape[0] for _, b in batches],
+                   [b.attention_mask.shape[1] for _, b in batches])
+        return ids, mask, mask1, extents
+
+    def _end_step(self, step: int, all_terms: list[dict[str, torch.Tensor]],
+                  bad: dict[int, str]) -> dict[str, dict[str, torch.Tensor]]:
+        """The members ``bad`` leave (a captured step's: their weights did not change), the
+        others' terms are recorded; -> each member's terms."""
+        if bad:
+            self._drop(bad)
+            all_terms = [t for j, t in enumerate(all_terms) if j not in bad]
         for m, terms in zip(self.alive, all_terms, strict=True):
             m.record.add_terms(terms)
         self.step = step

@@ -188,6 +188,72 @@ def test_the_step_reads_nothing_back_but_the_finite_check(tiny_bert, cache, monk
     assert len(reads) == STEPS  # the finite check: the flags, the filter shares and the values, one sync
 
 
+@pytest.fixture(scope="module")
+def image_only_store(cache):
+    """The demo's caption store without its CLIP caption feature: what MCSE's own ResNet store
+    (``flickr30k_mcse_resnet50.parquet``, an 'image' column only) gives the paper profile."""
+    import dataclasses
+
+    import numpy as np
+
+    from trainables.data.demo_corpus import generate_demo
+    from trainables.data.store import FeatureStore, write_store
+
+    demo = generate_demo(cache / "demo", seed=0, dim=32)
+    store = FeatureStore(demo.pairs_store)
+    rows = store.batch(np.arange(len(store)))
+    path = cache / "image_only.parquet"
+    meta = dataclasses.replace(store.metadata, text_teacher=None, text_dim=None)
+    write_store(path, rows["caption"], rows["image_id"], {"image": rows["image"]}, meta)
+    assert FeatureStore(path).feature_columns == ("image",)
+    return {"data.demo": False, "data.pairs": str(path), "data.text": str(demo.text_file),
+            "data.senteval": str(demo.senteval_dir)}
+
+
+# KDMCSE reads the CLIP text for its L_t term: without it, the term is off (MCSE's grounding
+# with AdapACSE margins), as a KDMCSE cell on MCSE's store would have to be configured.
+NO_CLIP_TEXT = {"mcse": {}, "kdmcse": {"objective.clip_text_term": False}, "dalr": {}}
+
+
+@pytest.mark.parametrize("store", ["with caption features", "without"])
+def test_every_method_runs_batched_on_every_store(store, tiny_bert, cache, image_only_store,
+                                                  group_sizes, capsys):
+    """MCSE, KDMCSE and DALR arrays on a store with CLIP caption features and on one with the
+    image feature only: no method falls back to the per-member loop (an absent input is left
+    out of the vmapped inputs, not passed as None)."""
+    over = image_only_store if store == "without" else {}
+    members = [(f"{m}{i}", cfg(tiny_bert, cache, m, seed=i, max_steps=STEPS, final_eval=False,
+                               **over, **(NO_CLIP_TEXT[m] if over else {})))
+               for m in ("mcse", "kdmcse", "dalr") for i in range(2)]
+    t, seen = train(members)
+    assert t.objectives.looped == {}
+    assert "one by one" not in capsys.readouterr().out
+    assert group_sizes == [2] * (3 * STEPS)  # every method's two members, every step
+    kinds = {m.data.pairs.feature_columns for m in t.members}
+    assert kinds == ({("image",)} if over else {("image", "clip_text")})
+    assert all(len(v) == STEPS for v in seen.values())
+
+
+def test_batched_equals_the_per_member_loop_without_caption_features(tiny_bert, cache,
+                                                                    image_only_store):
+    """The batched MCSE group on the image-only store computes what its members compute one by
+    one (the per-member loop, forced): every loss term and weight within 1e-6."""
+    members = [(f"m{i}", cfg(tiny_bert, cache, "mcse", seed=i, max_steps=STEPS, final_eval=False,
+                             **image_only_store, **{"objective.lam": 0.3 + 0.2 * i}))
+               for i in range(2)]
+    grouped = train(members)
+    assert grouped[0].objectives.looped == {}
+    t = ArrayTrainer(members)
+    t.objectives.looped["mcse"] = "forced by the test"  # the per-member loop
+    t.model.train()
+    seen = {k: [] for k, _ in members}
+    for _ in range(STEPS):
+        for k, terms in t.train_step().items():
+            seen[k].append({n: float(v) for n, v in terms.items()})
+    for key in ("m0", "m1"):
+        assert_same(grouped, key, (t, seen), key)
+
+
 def test_one_by_one_trains_a_member_as_batched_does(tiny_bert, cache, monkeypatch, capsys):
     """docs/methods.md: falling back to the per-member loop changes the speed, not the numbers.
     Two MCSE members (differing in lam, so it reaches the batched loss as a tensor), batched,

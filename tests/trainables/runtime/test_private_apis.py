@@ -27,8 +27,11 @@ PLACES = {
     "torch._foreach_mul_": KERNELS,
     "torch._foreach_copy_": KERNELS,
     "torch.ops.aten": KERNELS,  # the private operators' schemas (``OpOverload._schema``)
+    "torch._dynamo.config": KERNELS,  # the captured step's switch to trace autograd.grad
     "torch.utils._python_dispatch": KERNELS,  # counting a method's operators
 }
+NOT_OPERATORS = ("torch._dynamo.config",)
+"""private APIs of ``PLACES`` in kernels.py that are no operator with a schema to check"""
 """every private API -> the one module that calls it"""
 TEST_ONLY = {"torch._dynamo": "tests/trainables/arrays/test_capture.py"}
 """private APIs only a test reads: whether Dynamo compiled a frame is in its counters alone"""
@@ -63,8 +66,10 @@ def test_every_private_torch_call_fits_this_torch():
     assert kernels.fallbacks() == {}, kernels.fallbacks()
     assert kernels.FUSED_ADAMW
     assert {c.name for c in kernels.CALLS} == {k for k, v in PLACES.items()
-                                               if v == KERNELS and k.startswith("torch._")}
+                                               if v == KERNELS and k.startswith("torch._")
+                                               and k not in NOT_OPERATORS}
     assert kernels.optimizer_path() == "optimizer: fused AdamW (torch._fused_adamw_)"
+    assert kernels.autograd_in_graphs_why() is None  # compile=graphs captures the whole step
 
 
 @pytest.mark.parametrize("api", sorted(PLACES))
