@@ -306,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     # the clip norm as a GPU takes it (one norm a row; a CPU takes a long row in chunks)
-    import trainables.arrays.optim as optim
+    import trainables.arrays.flat as flat
 
-    optim.CHUNKED_NORM_DEVICES = ()
+    flat.CHUNKED_NORM_DEVICES = ()
     bc = BenchConfig(device="cpu", methods=tuple(dict.fromkeys(a.methods)), batch_sizes=(a.batch_size,),
                      max_length=a.max_length, eval_pairs=(8, 8, 8), store=a.store)
     command = " ".join(["python", "bench/launch_count.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
+from trainables.arrays.device_constants import DeviceConstants
 from trainables.arrays.members import Member
-from trainables.arrays.optim import DeviceConstants
 
 FULLY_MASKED_STOP = 3
 """caption batches in a row whose every negative the method's false-negative filter masked before
