@@ -60,3 +60,17 @@ def test_phases_unread_without_results(tt, tmp_path):
     lines = [(2.0, "x: starting Ray on this machine\n"), (8.0, "MLflow parent run 1 at y\n")]
     assert tt.trials(tmp_path, 0.0) == []
     assert tt.phases(lines, 20.0, []) is None
+
+
+def test_rounds_are_said_not_priced(tt, capsys):
+    """With more arrays than run at once, the last round's phases are not the table's: the
+    fixed-cost ratio is left out and the reason said."""
+    ph = {"training (dev evaluations included)": 50.0, "final evaluation": 10.0, "other": 40.0}
+    at_once = [{"trial": "a", "start": 1.0, "training": 5.0, "evaluating": 50.0, "final": 60.0},
+               {"trial": "b", "start": 2.0, "training": 6.0, "evaluating": 55.0, "final": 65.0}]
+    tt.print_phases({"wall_s": 100.0, "phases": ph, "trials": at_once})
+    assert "fixed costs 40 s against 60 s" in capsys.readouterr().out
+    rounds = [at_once[0], {**at_once[1], "start": 61.0}]
+    tt.print_phases({"wall_s": 100.0, "phases": ph, "trials": rounds})
+    out = capsys.readouterr().out
+    assert "ran in rounds" in out and "fixed costs" not in out
