@@ -16,6 +16,10 @@ reads from ``$MMEMB_DATA`` (``trainables/config/profiles.py: paper_profile``):
   features are random unit vectors, each caption's correlated with its image's (cosine about
   0.3, as normalised CLIP features; other pairs about 0), so table3's threshold cells pass the
   filter check. Raw CLIP features' norms are an open point (docs/official-code.md §9);
+- ``data/flickr30k_mcse_resnet50.parquet``: what the paper profile reads for MCSE instead (its
+  official store, ``trainables/config/stores.py``): one caption per image (the first of its five)
+  and a 2,048-d ResNet-50-sized image feature (non-negative, unnormalised, as pooled ResNet
+  features are), no caption feature;
 - ``data/senteval/downstream``: a link to the real SentEval data (``--senteval``);
 - ``data/teachers/unsup-simcse-bert-base-uncased``, ``.../DiffCSE-bert-base-uncased``: DALR's two
   text teachers as random-weight BERT-base folders (their weights do not change any cost);
@@ -80,13 +84,16 @@ class Sizes:
     captions_per_image: int = 5
     dim: int = 768
     """image and caption feature size (CLIP ViT-L/14: 768)"""
+    resnet_dim: int = 2048
+    """MCSE's image feature size (ResNet-50's pooled feature: 2,048)"""
     hidden: int = 768
     layers: int = 12
     heads: int = 12
     seed: int = 0
 
     def check(self) -> None:
-        if min(self.text_lines, self.images, self.captions_per_image, self.dim, self.layers) < 1:
+        if min(self.text_lines, self.images, self.captions_per_image, self.dim, self.resnet_dim,
+               self.layers) < 1:
             raise ValueError(f"{self}: every size must be >= 1")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
@@ -137,7 +144,8 @@ def _features(rng, n_images: int, per_image: int, dim: int):
     return image[rows], text, rows
 
 
-def _write_store(path: Path, rng, words: list[str], s: Sizes) -> None:
+def _write_store(path: Path, rng, words: list[str], s: Sizes) -> list[str]:
+    """The CLIP store (every caption of every image, image-major); returns its captions."""
     from trainables.data.store import StoreMetadata, write_store
 
     image, text, rows = _features(rng, s.images, s.captions_per_image, s.dim)
@@ -147,6 +155,21 @@ def _write_store(path: Path, rng, words: list[str], s: Sizes) -> None:
                          normalized=True, extra={"generated_by": "bench/paper_shapes.py"})
     write_store(path, captions, [f"{i:06d}.jpg" for i in rows.tolist()],
                 {"image": image, "clip_text": text}, meta)
+    return captions
+
+
+def _write_mcse_store(path: Path, captions: list[str], rng, s: Sizes) -> None:
+    """MCSE's store: the first of each image's captions, a ResNet-sized image feature."""
+    import numpy as np
+
+    from trainables.data.store import StoreMetadata, write_store
+
+    first = captions[::s.captions_per_image]
+    image = np.abs(rng.standard_normal((len(first), s.resnet_dim), dtype=np.float32)) * 0.5
+    meta = StoreMetadata(f"generated ({s.resnet_dim}-d, ResNet-50-sized)", s.resnet_dim, None, None,
+                         normalized=False, extra={"generated_by": "bench/paper_shapes.py"})
+    # MCSE's release has one caption per image and no image ids: the row number is the id
+    write_store(path, first, [str(i) for i in range(len(first))], {"image": image}, meta)
 
 
 def _write_bert(folder: Path, s: Sizes, seed: int) -> None:
@@ -173,10 +196,18 @@ def _write_bert(folder: Path, s: Sizes, seed: int) -> None:
 
 
 def layout(out: Path) -> dict[str, Path]:
+    from trainables.config.stores import (
+        MCSE_STORE,
+        PAPER_STORE,
+        SENTEVAL_DIR,
+        TEACHERS_DIR,
+        TEXT_FILE,
+    )
+
     data = out / "data"
-    return {"data": data, "text": data / "wiki1m_for_simcse.txt",
-            "pairs": data / "flickr30k_clip_vitl14.parquet", "senteval": data / "senteval" / "downstream",
-            "teachers": data / "teachers", "hf": out / "hf", "grid": out / "paper_steps.py",
+    return {"data": data, "text": data / TEXT_FILE, "pairs": data / PAPER_STORE,
+            "mcse_pairs": data / MCSE_STORE, "senteval": data / SENTEVAL_DIR,
+            "teachers": data / TEACHERS_DIR, "hf": out / "hf", "grid": out / "paper_steps.py",
             "env": out / "env.sh", "manifest": out / "manifest.json"}
 
 
@@ -198,10 +229,10 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
                                 "DOWNSTREAM_DIR, set MMEMB_DATA, or fetch it: python -m "
                                 "trainables.fetch paper --only senteval")
     p = layout(out)
-    want = {"sizes": asdict(s), "version": 1}
+    want = {"sizes": asdict(s), "version": 2}
     done = json.loads(p["manifest"].read_text()) if p["manifest"].is_file() else {}
     times: dict[str, float] = {}
-    if done.get("sizes") != want["sizes"]:
+    if {k: done.get(k) for k in want} != want:
         rng = np.random.default_rng(s.seed)
         words = _words()
         p["data"].mkdir(parents=True, exist_ok=True)
@@ -209,7 +240,8 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
         _write_text(p["text"], rng, words, s.text_lines)
         times["text_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        _write_store(p["pairs"], rng, words, s)
+        captions = _write_store(p["pairs"], rng, words, s)
+        _write_mcse_store(p["mcse_pairs"], captions, rng, s)
         times["store_s"] = time.perf_counter() - t
         t = time.perf_counter()
         snap = p["hf"] / "models--bert-base-uncased" / "snapshots" / REVISION
@@ -221,7 +253,8 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
         times["models_s"] = time.perf_counter() - t
         p["manifest"].write_text(json.dumps({**want, "times": times}, indent=1))
         log(f"generated under {out}: {s.text_lines:,} sentences, {s.images:,} x {s.captions_per_image} "
-            f"captions with {s.dim}-d features, a random BERT ({s.hidden}, {s.layers} layers) as "
+            f"captions with {s.dim}-d features (and MCSE's store, one caption an image with "
+            f"{s.resnet_dim}-d features), a random BERT ({s.hidden}, {s.layers} layers) as "
             f"bert-base-uncased and two as DALR's teachers ({', '.join(f'{k} {v:.0f} s' for k, v in times.items())})")
     link = p["senteval"]
     if link.is_symlink() and link.resolve() != senteval.resolve():
@@ -242,7 +275,7 @@ def generate(out: Path, s: Sizes, senteval: Path, steps: int, log=print) -> dict
         ")\n")
     p["env"].write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in environment_vars(out).items()))
     return {"out": str(out), "sizes": asdict(s), "times": times or done.get("times", {}),
-            "bytes": {k: _size(p[k]) for k in ("text", "pairs", "hf", "teachers")}}
+            "bytes": {k: _size(p[k]) for k in ("text", "pairs", "mcse_pairs", "hf", "teachers")}}
 
 
 def _size(path: Path) -> int:
@@ -486,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"$MMEMB_DATA/senteval/downstream, here {SENTEVAL})")
     p.add_argument("--steps", type=int, default=2, help="training steps (a caption step, then text steps)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    for f in ("text_lines", "images", "captions_per_image", "dim", "hidden", "layers", "heads"):
+    for f in ("text_lines", "images", "captions_per_image", "dim", "resnet_dim", "hidden", "layers", "heads"):
         p.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(Sizes(), f))
     p.add_argument("--json", type=Path, default=None, help="default OUT/paper_shapes.json")
     p.add_argument("--summary", type=Path, default=None, metavar="JSON",
@@ -505,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    sizes = Sizes(a.text_lines, a.images, a.captions_per_image, a.dim, a.hidden, a.layers, a.heads)
+    sizes = Sizes(a.text_lines, a.images, a.captions_per_image, a.dim, a.resnet_dim, a.hidden, a.layers,
+                  a.heads)
     command = " ".join(["python", "bench/paper_shapes.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     report: dict[str, Any] = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"),
                               "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(), "env": environment()}

@@ -46,6 +46,10 @@ def test_generated_files_are_the_paper_profiles(run):
     assert len(store) == 500 and store.dim("image") == store.dim("clip_text") == 32
     assert store.metadata.page_checksums and store.metadata.normalized
     assert len(set(store.image_ids().tolist())) == 100
+    # what the paper profile reads for MCSE: its own store, one caption an image, ResNet-sized
+    mcse = FeatureStore(data / "flickr30k_mcse_resnet50.parquet")
+    assert len(mcse) == 100 and mcse.feature_columns == ("image",) and mcse.dim("image") == 2048
+    assert mcse.batch([0])["caption"][0] == store.batch([0])["caption"][0]
     assert (data / "senteval" / "downstream").resolve() == SENTEVAL.resolve()
     for t in ("unsup-simcse-bert-base-uncased", "DiffCSE-bert-base-uncased"):
         assert (data / "teachers" / t / "config.json").is_file()
@@ -65,8 +69,9 @@ def test_measured_in_process(run):
     assert all(s["s"] > 0 and s["peak_rss"] > 0 for s in m["steps"])
     assert len(m["dev_evals"]) == 1 and m["dev_evals"][0]["sentences"] > 2000  # STS-B dev, distinct
     assert m["test_eval"]["s"] > 0 and m["checkpoints"][0]["bytes"] > 0
-    assert m["data"] == {"n_text": 3000, "n_pair": 500, "steps_per_epoch": 55, "paired_sample_step": 5,
-                         "total_steps_full": 165, "first_kinds": "Ptttt" * 8}
+    # MCSE trains on its own store (one caption an image: 100 pairs), as the paper profile says
+    assert m["data"] == {"n_text": 3000, "n_pair": 100, "steps_per_epoch": 49, "paired_sample_step": 23,
+                         "total_steps_full": 147, "first_kinds": (("P" + "t" * 22) * 2)[:40]}
     official = [r for r in m["schedule"] if r["official"]]
     assert len(official) == 3
     for r in official:  # trainables.data.schedule at the official sizes is the official code's count
