@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.analysis.stats import detectable_difference, pooled_sd
 from orchestrator.analysis.tables import analyze, to_csv, to_markdown
+from tests.orchestrator.results.report_store import ReportStore
 
 SEEDS = (0, 1, 2, 3, 4)
 # Avg and STS12 per seed; 'up' is clearly above 'base' on Avg, 'flat' is not.
@@ -132,26 +133,13 @@ def test_the_table_report_summarises_with_the_paired_test_unless_seeds_are_offse
     base = [75.0, 76.2, 74.4, 75.8, 75.1]
     steady = [b - 0.8 + d for b, d in zip(base, [0.05, -0.04, 0.02, -0.06, 0.03], strict=True)]
 
-    class Store:  # what build_report reads of MLflow
-        def scores(self, parent):
-            return ({"base": {s: {"avg": base[i]} for i, s in enumerate(SEEDS)},
-                     "steady": {s: {"avg": steady[i]} for i, s in enumerate(SEEDS)}}, {})
-
-        def children(self, parent):
-            return []
-
-        def log_artifact_file(self, *a):
-            pass
-
-        def clear_tag(self, *a):
-            pass
-
-        client = type("C", (), {"log_batch": lambda *a, **k: None})()
+    store = ReportStore({"base": {s: {"avg": base[i]} for i, s in enumerate(SEEDS)},
+                         "steady": {s: {"avg": steady[i]} for i, s in enumerate(SEEDS)}})
 
     spec = {"cells": ["base", "steady"], "baseline": "base", "seeds": list(SEEDS),
             "columns": ["avg"], "title": "t", "plot": "bars"}
-    analysis, md, err = build_report(Store(), "p", spec, tmp_path)
+    analysis, md, err = build_report(store, "p", spec, tmp_path)
     assert err is None and analysis.holm_on == "paired" and "(paired p-values" in md
-    analysis, md, _ = build_report(Store(), "p", {**spec, "seed_offsets": {"steady": 100}},
+    analysis, md, _ = build_report(store, "p", {**spec, "seed_offsets": {"steady": 100}},
                                    tmp_path)
     assert analysis.holm_on == "student"

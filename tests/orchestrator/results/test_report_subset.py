@@ -4,32 +4,10 @@ pre-start checks leave in it; built from a stand-in for MLflow (the real store: 
 from __future__ import annotations
 
 from orchestrator.results.table_report import build_report
+from tests.orchestrator.results.report_store import ReportStore
 
 SEEDS = [0, 1]
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-
-
-class FakeTracker:
-    """What build_report reads and writes: the children's scores, the parent's artifacts."""
-
-    def __init__(self, scores):
-        self._scores, self.uploaded, self.metrics = scores, [], []
-        self.client = self
-
-    def scores(self, parent_id):
-        return self._scores, {}
-
-    def log_artifact_file(self, run_id, path):
-        self.uploaded.append(path.name)
-
-    def log_batch(self, run_id, metrics):
-        self.metrics += metrics
-
-    def clear_tag(self, run_id, key):  # a stored report clears a stale mmemb.report_error
-        pass
-
-    def children(self, parent_id):  # the members' events (none here)
-        return []
 
 
 def _scores(offset):
@@ -48,16 +26,16 @@ def spec(**extra):
 
 
 def test_a_subset_of_cells_gets_its_table(tmp_path):
-    tr = FakeTracker({"MCSE": _scores(0), "KDMCSE": _scores(1)})
+    tr = ReportStore({"MCSE": _scores(0), "KDMCSE": _scores(1)})
     analysis, md, upload_error = build_report(tr, "p", spec(), tmp_path)
     assert upload_error is None
     assert analysis.cells == ("MCSE", "KDMCSE")
     assert "| MCSE (baseline) |" in md and "| KDMCSE |" in md and "AdapACSE" not in md
-    assert set(tr.uploaded) == {"report.md", "report.csv", "report.png"}
+    assert set(tr.files) == {"report.md", "report.csv", "report.png"}
 
 
 def test_the_checks_warnings_are_the_reports_notes(tmp_path):
-    tr = FakeTracker({"MCSE": _scores(0), "KDMCSE": _scores(1)})
+    tr = ReportStore({"MCSE": _scores(0), "KDMCSE": _scores(1)})
     warning = ("cell 'KDMCSE': objective.threshold=0.8 (dot) masks 69% of 4096 sampled "
                "negatives of store.parquet, so KDMCSE's grounding terms learn from only the 31% left")
     _, md, _ = build_report(tr, "p", spec(warnings=[warning]), tmp_path)
