@@ -98,7 +98,7 @@ def guarded(run: Callable[[], int]) -> int:
 
     created.keep()  # what an earlier command of this process built is not this one's
     from orchestrator.run.driver import name_store_users
-    from orchestrator.tracking.client import StoreInUse, busy_line
+    from orchestrator.tracking.store_lock import StoreInUse, busy_line
 
     try:
         rc = run()

@@ -75,7 +75,8 @@ class Session:
     def __init__(self, campaign: Campaign, opts: Options, array_keys: Mapping[str, str]):
         from orchestrator.run.driver import DriverLock, check_store, lock_paths
         from orchestrator.run.preflight import array_resources
-        from orchestrator.tracking.client import Tracker, sqlite_path
+        from orchestrator.tracking.client import Tracker
+        from orchestrator.tracking.uris import sqlite_path
         from trainables.runtime.ray_env import storage_uri
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
@@ -389,7 +390,7 @@ class Session:
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
         """The one line for a full disk, when a failure of this session says the disk is full."""
         from orchestrator.run.disk import disk_full_line, full_folders, says_disk_full
-        from orchestrator.tracking.client import sqlite_path
+        from orchestrator.tracking.uris import sqlite_path
 
         said = [*texts, *(self.journal.failures if self.journal else []),
                 *(why for m in self._mirrors for why in m.failures.values())]

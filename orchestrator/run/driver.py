@@ -175,7 +175,7 @@ def running_driver(tracker: Any, parent: Any) -> dict[str, Any] | None:
     """The driver still running a parent run's plan, or None when none is: the holder of its
     lock beside a sqlite store, or the driver whose heartbeat on the parent is fresh (a server).
     Read without taking anything a driver would wait for."""
-    from orchestrator.tracking.client import sqlite_path
+    from orchestrator.tracking.uris import sqlite_path
 
     tags = dict(parent.data.tags)
     if tags.get(HEARTBEAT_TAG) and (holder := live_driver(tags)) is not None:

@@ -444,7 +444,8 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
     big for this machine is not refused here but returned as ``not_here``, so that a laptop can
     list and price a GPU plan."""
-    from orchestrator.tracking.client import check_tracking_uri, default_tracking_uri
+    from orchestrator.tracking.store_checks import check_tracking_uri
+    from orchestrator.tracking.uris import default_tracking_uri
 
     lines = list(checked)
     cells = sorted({m.cell for m in members})
