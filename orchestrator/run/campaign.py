@@ -35,6 +35,7 @@ from orchestrator.run.resources import (
 )
 from orchestrator.run.resume import find_parent, say_lost_checkpoints
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
+from orchestrator.tracking.uris import masked, masked_text
 
 
 @dataclass(frozen=True)
@@ -401,7 +402,7 @@ class Session:
                               db.parent if db else None,
                               self.journal.moved_from.parent if self.journal and
                               self.journal.moved_from else None) if p]
-        upload = self.journal.upload_command() if self.journal and self.journal.kept else ""
+        upload = masked_text(self.journal.upload_command()) if self.journal and self.journal.kept else ""
         return disk_full_line(full_folders(places), self.resume_command(), upload)
 
     def resume_command(self) -> str:
@@ -413,7 +414,9 @@ class Session:
             module.replace(".", "/") + ".py") else None
         if argv is None:
             return "the same command with --resume"
-        return " ".join(["python", "-m", module, *map(shlex.quote, argv),
+        from orchestrator.tracking.uris import masked_args
+
+        return " ".join(["python", "-m", module, *map(shlex.quote, masked_args(argv)),
                          *([] if "--resume" in argv else ["--resume"])])
 
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
@@ -459,7 +462,7 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
         print(f"{spec.get('title', campaign.name)}\n{len(campaign.members)} runs "
               f"({len(spec['cells'])} cells x {len(spec['seeds'])} seeds), {n_done} already done, "
               f"{len(campaign.members) - n_done} to run")
-        print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+        print(f"MLflow parent run {s.parent} at {masked(s.tracker.uri)}", flush=True)
         out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
         if out.interrupted:
             return s.interrupted()

@@ -40,8 +40,11 @@ STALE_S = 5 * HEARTBEAT_S
 
 def identity() -> dict[str, Any]:
     """Who this driver is: process, host, start time and command line."""
+    from orchestrator.tracking.uris import masked_args
+
+    # Stored in MLflow and shown to colleagues: a password in a URI argument stays out.
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-            "command": " ".join(["python", *sys.argv])[:500]}
+            "command": " ".join(["python", *masked_args(sys.argv)])[:500]}
 
 
 def describe(holder: dict[str, Any]) -> str:

@@ -137,20 +137,7 @@ def _check_sqlite_file(path: Path, uri: str, option: str, write: bool = True) ->
 
 
 def _check_driver(uri: str, option: str) -> None:
-    """A database store's Python driver is installed (SQLAlchemy imports it on first use)."""
-    try:
-        from sqlalchemy.engine import make_url
+    """A database store's driver is installed and the database takes a connection."""
+    from orchestrator.tracking.database import check_database
 
-        url = make_url(uri)
-        dialect = url.get_dialect()
-        (getattr(dialect, "import_dbapi", None) or dialect.dbapi)()
-    except ImportError as e:
-        name = getattr(e, "name", None) or str(e).split()[-1].strip("'\"")
-        driver = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'", "MySQLdb": "mysqlclient", "pymysql": "pymysql",
-                  "pyodbc": "pyodbc"}.get(name, name)
-        raise ValueError(f"{option} {url.render_as_string(hide_password=True)}: the Python driver "
-                         f"for this database is not installed (no module {name!r}); pip install "
-                         f"{driver}, or use sqlite:///PATH/mlflow.db") from None
-    except Exception as e:  # a malformed URL, a dialect SQLAlchemy does not know
-        raise ValueError(f"{option}: {e}; use {FORMS}") from None
-
+    check_database(uri, option, fallback="sqlite:///PATH/mlflow.db")

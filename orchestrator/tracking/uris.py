@@ -4,6 +4,7 @@ masked)."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -53,3 +54,21 @@ def masked(uri: str) -> str:
         return uri
     host = parts.netloc.rsplit("@", 1)[1]
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def masked_args(argv: list[str]) -> list[str]:
+    """A command line as it may be printed or stored: each URI argument (``--opt URI`` or
+    ``--opt=URI``) with its password masked."""
+    out = []
+    for a in argv:
+        opt, eq, value = a.partition("=") if a.startswith("--") else ("", "", a)
+        out.append(f"{opt}{eq}{masked(value)}" if eq else masked(a))
+    return out
+
+
+_SECRET = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)", re.I)
+
+
+def masked_text(text: str) -> str:
+    """Every ``scheme://user:password@`` in a line (a command it prints) with ``***``."""
+    return _SECRET.sub(r"\1***\3", text)
