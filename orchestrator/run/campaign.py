@@ -108,7 +108,8 @@ class Session:
         self.storage = storage_uri(opts.storage)
         # --resume reads a store that must exist: a wrong folder gets no new empty mlflow.db
         try:
-            self.tracker = Tracker(opts.tracking_uri, create=not opts.resume)
+            self.tracker = Tracker(opts.tracking_uri, create=not opts.resume,
+                                   artifact_location=opts.artifact_location)
         except ValueError as e:
             raise ValueError(f"--resume: nothing to resume: {e}" if opts.resume else str(e)) \
                 from None

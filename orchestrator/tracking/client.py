@@ -45,14 +45,13 @@ class Tracker:
     """
 
     def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True,
-                 write: bool = True):
+                 write: bool = True, artifact_location: str | None = None):
         http_env()
-        import logging
-
         import mlflow
 
-        # A new sqlite store announces its tables at INFO; the command says where the store is.
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        from orchestrator.tracking.quiet import quiet_mlflow
+
+        quiet_mlflow()  # the command says where the store is, and what a lock or outage means
         self.uri = uri or default_tracking_uri()
         where = "--tracking-uri" if uri else "the default tracking store"
         check_tracking_uri(self.uri, where, write=write or create)
@@ -65,13 +64,14 @@ class Tracker:
                     "the table ran with (by default mlflow.db in the folder it ran in)")
         mlflow.set_tracking_uri(self.uri)
         try:
-            self._open(experiment, create, db)
+            self._open(experiment, create, db, artifact_location)
         except Exception as e:  # locked between the check and here: MLflow waited and gave up
             if db is None or not is_busy(e):
                 raise
             raise StoreInUse(db, self.uri, where, MLFLOW_BUSY_S) from None
 
-    def _open(self, experiment: str, create: bool, db: Path | None) -> None:
+    def _open(self, experiment: str, create: bool, db: Path | None,
+              artifact_location: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         # Two commands starting on a fresh sqlite store would both create its schema (alembic,
@@ -85,8 +85,8 @@ class Tracker:
                                  "(no table or search ran there); pass the --tracking-uri the "
                                  "table ran with")
             if exp is None:
-                artifacts = None
-                if db is not None:  # keep artifacts beside the db, not in a trial's cwd
+                artifacts = artifact_location
+                if artifacts is None and db is not None:  # keep artifacts beside the db, not in a trial's cwd
                     artifacts = (db.parent / "mlartifacts").as_uri()
                 self.experiment_id = self.client.create_experiment(experiment,
                                                                    artifact_location=artifacts)

@@ -13,6 +13,8 @@ from orchestrator.tracking.store_lock import OPENED, StoreInUse, is_busy, store_
 from orchestrator.tracking.uris import FORMS, SCHEMES, home_path
 from orchestrator.tracking.wording import elsewhere, point
 
+FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
+"""MLflow's own switch that lets it open a file store"""
 QUICK_CHECK_BYTES = 256 * 2**20
 """stores up to this size get SQLite's page-by-page check before a command opens them"""
 
@@ -42,6 +44,12 @@ def check_tracking_uri(uri: str, option: str = "--tracking-uri", write: bool = T
         _check_driver(uri, option)
     elif scheme in ("", "file"):  # a file store: the URI names its folder
         path = urllib.parse.urlparse(uri).path if scheme else uri
+        if os.environ.get(FILE_STORE_ENV, "").lower() not in ("true", "1"):
+            # MLflow 3 refuses to open one (even to read), so the real run would stop here
+            raise ValueError(f"{option} {uri}: MLflow 3 keeps file stores in maintenance and "
+                             "refuses to open them; use sqlite:///PATH/mlflow.db (mlflow "
+                             f"migrate-filestore moves an existing one), or set "
+                             f"{FILE_STORE_ENV}=true to use it anyway")
         if path.startswith("~"):
             unexpanded_home(path, option, uri, home_path(path))
         _check_local(Path(path), uri, option)
