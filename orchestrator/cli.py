@@ -104,6 +104,7 @@ def guarded(run: Callable[[], int]) -> int:
     created.keep()  # what an earlier command of this process built is not this one's
     from orchestrator.run.driver import name_store_users
     from orchestrator.tracking.store_lock import StoreInUse, busy_line
+    from orchestrator.tracking.uris import masked_text
 
     try:
         rc = run()
@@ -113,7 +114,7 @@ def guarded(run: Callable[[], int]) -> int:
         return 2
     except BAD_INPUT as e:
         created.discard()
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {masked_text(str(e))}", file=sys.stderr)  # a URI's password: never shown
         return 2
     except KeyboardInterrupt as e:
         created.discard()
@@ -125,8 +126,8 @@ def guarded(run: Callable[[], int]) -> int:
             created.keep()
             raise  # a bug: its traceback is what a developer needs
         created.discard()
-        print(f"error: {name_store_users(busy) if busy else f'MLflow: {one_line(e)}'}",
-              file=sys.stderr)
+        said = name_store_users(busy) if busy else f"MLflow: {masked_text(one_line(e))}"
+        print(f"error: {said}", file=sys.stderr)
         return 2
     if rc == 2:  # refused without raising (a dry run whose plan does not fit this machine)
         created.discard()

@@ -40,11 +40,12 @@ class Group:
     mlflow: MlflowServer
     space: Path
 
-    def env(self, **extra: str) -> dict[str, str]:
-        """A user's environment: the S3 keys (Ray's --storage s3:// reads them), no endpoint."""
-        env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL",
-                                                                   "MLFLOW_TRACKING_URI")}
-        return {**env, **KEYS, "PYTHONPATH": str(ROOT), **extra}
+    def env(self, keys: bool = True, **extra: str) -> dict[str, str]:
+        """A user's environment: the S3 keys where Ray's --storage s3:// needs them (``keys``;
+        a client of the tracking server needs none), no endpoint unless ``extra`` names it."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("AWS_", "MLFLOW_S3_")) and k != "MLFLOW_TRACKING_URI"}
+        return {**env, **(KEYS if keys else {}), "PYTHONPATH": str(ROOT), **extra}
 
     def run(self, module: str, *args: str, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 1800) -> subprocess.CompletedProcess:

@@ -17,7 +17,8 @@ from tests.team.reading import has_model, numbers, parent_of, running, table_of
 pytestmark = pytest.mark.slow
 
 
-def _after_table(group, cwd: Path, uri: str, out: str, reference: dict | None) -> str:
+def _after_table(group, cwd: Path, uri: str, out: str, reference: dict | None,
+                 env: dict[str, str] | None = None) -> str:
     """What every table here must show: the numbers of the SQLite run, every student in MLflow,
     nothing RUNNING, no password on the console; and report, best, ui_links on it."""
     from tests.team.servers import PASSWORD
@@ -31,13 +32,16 @@ def _after_table(group, cwd: Path, uri: str, out: str, reference: dict | None) -
     assert not missing, f"no student in MLflow for {missing}"
     assert not running(tr)
     assert PASSWORD not in out
-    rep = group.run("orchestrator.report", "--run", parent, "--tracking-uri", uri, cwd=cwd)
+    env = env or group.env(keys=False)  # a server's clients need no S3 keys
+    rep = group.run("orchestrator.report", "--run", parent, "--tracking-uri", uri, cwd=cwd,
+                    env=env)
     assert rep.returncode == 0, rep.stderr[-2000:]
     best = group.run("orchestrator.best", "--run", parent, "--cell", "MCSE", "--tracking-uri",
-                     uri, "--out", str(cwd / "student"), cwd=cwd)
+                     uri, "--out", str(cwd / "student"), cwd=cwd, env=env)
     assert best.returncode == 0, best.stderr[-2000:]
     assert any((cwd / "student").rglob("config.json")), best.stdout
-    links = group.run("orchestrator.ui_links", "--run", parent, "--tracking-uri", uri, cwd=cwd)
+    links = group.run("orchestrator.ui_links", "--run", parent, "--tracking-uri", uri, cwd=cwd,
+                      env=env)
     assert links.returncode == 0, links.stderr[-2000:]
     if uri.startswith("http"):  # a server is its own UI
         assert uri in links.stdout and "127.0.0.1:5000" not in links.stdout, links.stdout
@@ -57,13 +61,38 @@ def test_a_table_through_the_server_with_checkpoints_in_s3(group, reference, tmp
 
 
 def test_postgresql_directly_with_the_endpoint_in_the_storage_uri(group, reference, tmp_path):
-    """``--tracking-uri postgresql://`` (no server), the checkpoints in S3 named with
-    ``?endpoint_override=HOST:PORT&scheme=http``; the password never printed."""
+    """``--tracking-uri postgresql://`` (no server) with ``--artifact-location s3://...``, the
+    checkpoints in S3 named with ``?endpoint_override=HOST:PORT&scheme=http``; the dry run says
+    where artifacts go; the password never printed."""
     uri = group.pg.uri("direct")
     storage = f"s3://runs/direct?endpoint_override=127.0.0.1:{group.s3.port}&scheme=http"
-    done = group.table(tmp_path, uri, storage)
+    env = group.env(MLFLOW_S3_ENDPOINT_URL=group.s3.endpoint)  # this client writes the bucket
+    where = ("--artifact-location", "s3://artifacts/direct")
+    dry = group.table(tmp_path, uri, storage, *where, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "artifacts of a new experiment in s3://artifacts/direct" in dry.stdout, dry.stdout
+    done = group.table(tmp_path, uri, storage, *where, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    _after_table(group, tmp_path, uri, done.stdout + done.stderr, reference)
+    _after_table(group, tmp_path, uri, done.stdout + done.stderr, reference, env=env)
+    assert group.s3.objects("artifacts", "direct/"), "the students are not in the bucket"
+
+
+@pytest.mark.parametrize("problem", ["password", "database", "host"])
+def test_the_dry_run_refuses_a_database_that_will_not_take_the_table(group, tmp_path, problem):
+    """One line within seconds, password masked, no traceback; for the tracking store and the
+    study store alike."""
+    from tests.team.servers import PASSWORD, free_port
+
+    uri = {"password": group.pg.uri("direct", password="wrong-pw"),
+           "database": group.pg.uri("nosuch"),
+           "host": group.pg.uri("direct").replace(str(group.pg.port), str(free_port()))}[problem]
+    done = group.table(tmp_path, uri, str(tmp_path / "runs"), "--dry-run")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and PASSWORD not in done.stderr
+    assert "wrong-pw" not in done.stderr and ":***@" in line, line
+    assert {"password": "refused the password", "database": "no database 'nosuch'",
+            "host": "cannot connect"}[problem] in line, line
 
 
 def test_a_search_with_its_study_in_postgresql(group, tmp_path):
@@ -90,13 +119,15 @@ def test_a_search_with_its_study_in_postgresql(group, tmp_path):
 
 def test_two_tables_at_once_into_one_server(group, reference, tmp_path):
     """Two different tables (two grids) written at the same time into one server: each has
-    exactly its own runs, the first equal to the SQLite table."""
+    exactly its own runs, the first equal to the SQLite table. Their users hold no S3 keys:
+    the server writes the bucket."""
     results: dict[str, object] = {}
 
     def one(name: str, grid: str | None) -> None:
         extra = {"grid": grid} if grid else {}
         results[name] = group.table(tmp_path / name, group.mlflow.uri,
-                                    str(tmp_path / name / "runs"), **extra)
+                                    str(tmp_path / name / "runs"), env=group.env(keys=False),
+                                    **extra)
 
     threads = [threading.Thread(target=one, args=("a", None)),
                threading.Thread(target=one, args=("b", GRID_B))]
