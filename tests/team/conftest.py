@@ -6,8 +6,10 @@ here skips with one line naming the package."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +81,10 @@ def group(tmp_path_factory, tiny_bert):
     space.mkdir()
     write_tiny_profile(space, tiny_bert)
     pg = s3 = server = None
+    # PostgreSQL runs as its own user, who cannot enter pytest's private (0700) folders
+    pg_root = Path(tempfile.mkdtemp(prefix="mmemb-team-pg-"))
     try:
-        pg = Postgres(root / "pg").init()
+        pg = Postgres(pg_root / "pg").init()
         pg.create("mlflow", "direct", "study", "faults")
         s3 = S3(root / "s3").start("artifacts", "runs")
         server = MlflowServer(root / "server", pg.uri("mlflow"), "s3://artifacts/mlflow",
@@ -90,6 +94,7 @@ def group(tmp_path_factory, tiny_bert):
         for stop in (server and server.stop, s3 and s3.stop, pg and pg.stop):
             if stop:
                 stop()
+        shutil.rmtree(pg_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -77,8 +77,8 @@ class Postgres:
         pw = self.root / "pw"
         pw.write_text(PASSWORD + "\n")
         if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
-            shutil.chown(pw, "postgres")
+            for path in (self.root.parent, self.root, pw):
+                shutil.chown(path, "postgres")
         subprocess.run(self._as_owner(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", USER,
                                       f"--pwfile={pw}", "--auth=scram-sha-256", "-E", "UTF8"),
                        check=True, capture_output=True, text=True)
