@@ -24,15 +24,6 @@ GRID_B = str(Path(__file__).with_name("grid_other.py"))
 TRIALS = ["mcse/seed-0", "mcse/seed-1", "kdmcse/seed-0", "kdmcse/seed-1"]
 
 
-def pytest_collection_modifyitems(config, items):
-    if (PG_BIN / "initdb").exists():
-        return
-    skip = pytest.mark.skip(reason=NO_POSTGRES)
-    for item in items:
-        if "tests/team" in str(item.fspath):
-            item.add_marker(skip)
-
-
 @dataclass(frozen=True)
 class Group:
     """What a group shares: the servers, and a tiny profile."""
@@ -75,7 +66,10 @@ class Group:
 
 
 @pytest.fixture(scope="session")
-def group(tmp_path_factory, tiny_bert):
+def group(tmp_path_factory, request):
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(NO_POSTGRES)
+    tiny_bert = request.getfixturevalue("tiny_bert")
     root = tmp_path_factory.mktemp("group")
     space = root / "space"
     space.mkdir()

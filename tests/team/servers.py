@@ -21,7 +21,7 @@ from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-NO_POSTGRES = ("PostgreSQL 15 is not installed (no /usr/lib/postgresql/15/bin/initdb); "
+NO_POSTGRES = (f"PostgreSQL 15 is not installed (no {PG_BIN}/initdb); "
                "apt-get install -y postgresql to run the team server tests")
 USER, PASSWORD = "mmemb", "s3cret-pw"
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
