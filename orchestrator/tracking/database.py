@@ -41,7 +41,9 @@ def check_database(url: str, option: str, fallback: str) -> None:
                          f"installed (no module {name!r}); {driver_advice(url, name)}, or use "
                          f"{fallback}") from None
     except Exception as e:  # a malformed URL, a dialect SQLAlchemy does not know
-        raise ValueError(f"{option} {shown}: {' '.join(str(e).split())[:200]}; use {FORMS}") \
+        what = url.split("://", 1)[0] if "://" in url else url
+        raise ValueError(f"{option} {shown}: no driver for {what} "
+                         f"({' '.join(str(e).split())[:200]}); use {fallback}, or {FORMS}") \
             from None
     backend = u.get_backend_name()
     args = {"connect_timeout": CONNECT_TIMEOUT_S} if backend in ("postgresql", "mysql") else {}
