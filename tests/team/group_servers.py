@@ -6,6 +6,8 @@ once into one server. Each equals the same table on SQLite, holds every student 
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import threading
 from pathlib import Path
 
@@ -46,6 +48,12 @@ def _after_table(group, cwd: Path, uri: str, out: str, reference: dict | None,
     if uri.startswith("http"):  # a server is its own UI
         assert uri in links.stdout and "127.0.0.1:5000" not in links.stdout, links.stdout
     assert PASSWORD not in rep.stdout + best.stdout + links.stdout
+    if importlib.util.find_spec("playwright") and shutil.which("chromium"):  # the `ui` extra
+        ui = group.run("orchestrator.ui_check", "--run", parent, "--tracking-uri", uri,
+                       "--out", str(cwd / "ui.png"), cwd=cwd, env=env)
+        assert ui.returncode == 0, ui.stderr[-2000:]
+    else:
+        print("\n[team] ui_check not run: pip install playwright and apt-get install chromium")
     return parent
 
 
