@@ -33,15 +33,19 @@ def long_space(group, tmp_path_factory, tiny_bert) -> Path:
     return d
 
 
-def _dev_points(uri: str) -> bool:
-    """Some child of the server has a dev point (the table is training), read directly."""
+def _dev_points(uri: str, out: Path) -> bool:
+    """A child of this table (its parent named in ``out``) has a dev point: it is training."""
     from mlflow.tracking import MlflowClient
 
+    found = re.findall(r"MLflow parent run ([0-9a-f]{32})", out.read_text())
+    if not found:
+        return False
     try:
         c = MlflowClient(uri)
         exp = c.get_experiment_by_name("mmemb")
-        return bool(exp and c.search_runs([exp.experiment_id], "metrics.stsb_dev > -10",
-                                          max_results=1))
+        return bool(exp and c.search_runs(
+            [exp.experiment_id],
+            f"tags.mlflow.parentRunId = '{found[-1]}' and metrics.stsb_dev > -10", max_results=1))
     except Exception:
         return False
 
@@ -54,7 +58,8 @@ def _fault_table(group, space: Path, cwd: Path, storage: str, fault: Callable[[]
     argv = ["--profile", str(space / "tiny.yaml")]
     proc = group.popen_table(cwd, group.mlflow.uri, storage, "run", *argv, env=env)
     try:
-        wait_for(lambda: _dev_points(group.mlflow.uri) or proc.poll() is not None,
+        wait_for(lambda: _dev_points(group.mlflow.uri, cwd / "run.out") or
+                 proc.poll() is not None,
                  "a first dev point in the server", limit_s=1800, poll_s=1)
         assert proc.poll() is None, (cwd / "run.err").read_text()[-3000:]
         fault()
