@@ -184,7 +184,7 @@ class MlflowServer:
     def start(self) -> MlflowServer:
         self.root.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **KEYS, "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint,
-               "MLFLOW_DISABLE_TELEMETRY": "true"}
+               "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         log = (self.root / "mlflow-server.log").open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend,
