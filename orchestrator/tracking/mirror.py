@@ -11,6 +11,7 @@ FINISHED with an ``mmemb.stopped`` tag.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -205,6 +206,8 @@ class MlflowMirror(Callback):
             return
         if self.journal.log_model(run, str(local)):
             shutil.rmtree(local.parent, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the last one leaves no empty folder behind
+                local.parent.parent.rmdir()
             if not plan.keep_checkpoints:
                 remote_student.drop(plan.storage, folder.parent.as_posix())
 
