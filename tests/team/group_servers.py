@@ -15,6 +15,7 @@ import pytest
 
 from tests.team.conftest import GRID_B, TRIALS
 from tests.team.reading import has_model, numbers, parent_of, running, table_of
+from tests.team.servers import KEYS
 
 pytestmark = pytest.mark.slow
 
@@ -68,13 +69,16 @@ def test_a_table_through_the_server_with_checkpoints_in_s3(group, reference, tmp
     assert group.s3.objects("runs", "server/"), "Ray's state not in the bucket"
 
 
-def test_postgresql_directly_with_the_endpoint_in_the_storage_uri(group, reference, tmp_path):
+def test_postgresql_directly_with_the_endpoint_in_the_storage_uri(group, reference, tmp_path,
+                                                                 monkeypatch):
     """``--tracking-uri postgresql://`` (no server) with ``--artifact-location s3://...``, the
     checkpoints in S3 named with ``?endpoint_override=HOST:PORT&scheme=http``; the dry run says
     where artifacts go; the password never printed."""
     uri = group.pg.uri("direct")
     storage = f"s3://runs/direct?endpoint_override=127.0.0.1:{group.s3.port}&scheme=http"
     env = group.env(MLFLOW_S3_ENDPOINT_URL=group.s3.endpoint)  # this client writes the bucket
+    for k, v in {**KEYS, "MLFLOW_S3_ENDPOINT_URL": group.s3.endpoint}.items():
+        monkeypatch.setenv(k, v)  # and so does this test, reading the students back
     where = ("--artifact-location", "s3://artifacts/direct")
     dry = group.table(tmp_path, uri, storage, *where, "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr[-3000:]
@@ -108,7 +112,7 @@ def test_a_search_with_its_study_in_postgresql(group, tmp_path):
     study = group.pg.uri("study")
     done = group.run("orchestrator.search", "--space", "kdmcse_search", "--profile",
                      str(group.space / "tiny.yaml"), "--num-samples", "2", "--search-seeds", "0",
-                     "--finalists", "1", "--finalist-seeds", "10", "--confirm-seeds", "7",
+                     "--finalists", "2", "--finalist-seeds", "10", "--confirm-seeds", "7", "8",
                      "--storage", str(tmp_path / "runs"), "--tracking-uri", group.mlflow.uri,
                      "--study-storage", study, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
