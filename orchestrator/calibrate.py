@@ -48,6 +48,7 @@ import numpy as np
 
 from orchestrator import cli
 from orchestrator.analysis.calibration import BASELINE, CONTROL, DRAWS, calibrate
+from orchestrator.tracking.uris import masked
 from trainables.runtime.checks import POSITIVE, SEED, Number, count
 from trainables.runtime.command_line import option
 
@@ -148,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     with Session(campaign, opts, array_keys) as s:
         if not s.resumed or s.extended:
             s.tracker.log_artifact_text(s.parent, "grid.json", json.dumps(spec, indent=1))
-        print(f"calibration: {runs_line}\nMLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+        print(f"calibration: {runs_line}\nMLflow parent run {s.parent} at {masked(s.tracker.uri)}", flush=True)
         out = s.run(members, f"calibration-{pid}")
         if out.interrupted:
             return s.interrupted()

@@ -41,6 +41,10 @@ def add_campaign_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-failures", type=option(count(0)), default=1,
                    help="restarts of a failed array from its last checkpoint")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite ./mlflow.db)")
+    p.add_argument("--artifact-location", default=None, metavar="URI",
+                   help="with a postgresql:// or mysql:// --tracking-uri: where the experiment "
+                        "keeps its models and reports, e.g. s3://BUCKET/mlflow (default: ./mlruns "
+                        "on this machine; a tracking server decides this itself)")
     p.add_argument("--storage", default="runs",
                    help="Ray results and checkpoints: a folder (shared by all nodes) or s3://...")
     p.add_argument("--wait-for-workers", type=option(NON_NEGATIVE), default=900,
@@ -69,7 +73,8 @@ def options(args: argparse.Namespace) -> Options:
     return Options(
         profile=args.profile, address=args.address, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
-        max_failures=args.max_failures, tracking_uri=args.tracking_uri, storage=args.storage,
+        max_failures=args.max_failures, tracking_uri=args.tracking_uri,
+        artifact_location=getattr(args, "artifact_location", None), storage=args.storage,
         wait_for_workers=args.wait_for_workers, resume=args.resume, array_size=args.array_size,
         keep_checkpoints=args.keep_checkpoints, queue=getattr(args, "queue", False),
     )
@@ -98,7 +103,8 @@ def guarded(run: Callable[[], int]) -> int:
 
     created.keep()  # what an earlier command of this process built is not this one's
     from orchestrator.run.driver import name_store_users
-    from orchestrator.tracking.client import StoreInUse, busy_line
+    from orchestrator.tracking.store_lock import StoreInUse, busy_line
+    from orchestrator.tracking.uris import masked_text
 
     try:
         rc = run()
@@ -108,7 +114,7 @@ def guarded(run: Callable[[], int]) -> int:
         return 2
     except BAD_INPUT as e:
         created.discard()
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {masked_text(str(e))}", file=sys.stderr)  # a URI's password: never shown
         return 2
     except KeyboardInterrupt as e:
         created.discard()
@@ -120,8 +126,8 @@ def guarded(run: Callable[[], int]) -> int:
             created.keep()
             raise  # a bug: its traceback is what a developer needs
         created.discard()
-        print(f"error: {name_store_users(busy) if busy else f'MLflow: {one_line(e)}'}",
-              file=sys.stderr)
+        said = name_store_users(busy) if busy else f"MLflow: {masked_text(one_line(e))}"
+        print(f"error: {said}", file=sys.stderr)
         return 2
     if rc == 2:  # refused without raising (a dry run whose plan does not fit this machine)
         created.discard()

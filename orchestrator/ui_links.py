@@ -17,7 +17,9 @@ def parser() -> argparse.ArgumentParser:
     p = cli.parser("orchestrator.ui_links", __doc__)
     p.add_argument("--run", required=True, help="the table's parent run id")
     p.add_argument("--tracking-uri", default=None, help="default: ./mlflow.db")
-    p.add_argument("--base", default="http://127.0.0.1:5000", help="where `mlflow ui` listens")
+    p.add_argument("--base", default=None,
+                   help="where the MLflow UI is: for an http(s):// tracking server, the server "
+                        "itself; else where `mlflow ui` listens (http://127.0.0.1:5000)")
     return p
 
 
@@ -29,10 +31,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.results.views import print_links, share
     from orchestrator.tracking.client import Tracker
+    from orchestrator.tracking.open_hint import ui_base
 
     tracker = Tracker(args.tracking_uri, create=False)
     tracker.parent_run(args.run)
-    print_links(share(tracker, args.run, args.base))
+    # A tracking server is its own UI: links to a local `mlflow ui` would show another store.
+    base = args.base or ui_base(tracker.uri, "http://127.0.0.1:5000")
+    print_links(share(tracker, args.run, base))
     return 0
 
 

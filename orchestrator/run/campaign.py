@@ -35,6 +35,7 @@ from orchestrator.run.resources import (
 )
 from orchestrator.run.resume import find_parent, say_lost_checkpoints
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
+from orchestrator.tracking.uris import masked, masked_text
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class Session:
     def __init__(self, campaign: Campaign, opts: Options, array_keys: Mapping[str, str]):
         from orchestrator.run.driver import DriverLock, check_store, lock_paths
         from orchestrator.run.preflight import array_resources
-        from orchestrator.tracking.client import Tracker, sqlite_path
+        from orchestrator.tracking.client import Tracker
+        from orchestrator.tracking.uris import sqlite_path
         from trainables.runtime.ray_env import storage_uri
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
@@ -106,7 +108,8 @@ class Session:
         self.storage = storage_uri(opts.storage)
         # --resume reads a store that must exist: a wrong folder gets no new empty mlflow.db
         try:
-            self.tracker = Tracker(opts.tracking_uri, create=not opts.resume)
+            self.tracker = Tracker(opts.tracking_uri, create=not opts.resume,
+                                   artifact_location=opts.artifact_location)
         except ValueError as e:
             raise ValueError(f"--resume: nothing to resume: {e}" if opts.resume else str(e)) \
                 from None
@@ -389,7 +392,7 @@ class Session:
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
         """The one line for a full disk, when a failure of this session says the disk is full."""
         from orchestrator.run.disk import disk_full_line, full_folders, says_disk_full
-        from orchestrator.tracking.client import sqlite_path
+        from orchestrator.tracking.uris import sqlite_path
 
         said = [*texts, *(self.journal.failures if self.journal else []),
                 *(why for m in self._mirrors for why in m.failures.values())]
@@ -400,7 +403,7 @@ class Session:
                               db.parent if db else None,
                               self.journal.moved_from.parent if self.journal and
                               self.journal.moved_from else None) if p]
-        upload = self.journal.upload_command() if self.journal and self.journal.kept else ""
+        upload = masked_text(self.journal.upload_command()) if self.journal and self.journal.kept else ""
         return disk_full_line(full_folders(places), self.resume_command(), upload)
 
     def resume_command(self) -> str:
@@ -412,7 +415,9 @@ class Session:
             module.replace(".", "/") + ".py") else None
         if argv is None:
             return "the same command with --resume"
-        return " ".join(["python", "-m", module, *map(shlex.quote, argv),
+        from orchestrator.tracking.uris import masked_args
+
+        return " ".join(["python", "-m", module, *map(shlex.quote, masked_args(argv)),
                          *([] if "--resume" in argv else ["--resume"])])
 
     def finish(self, spec: Mapping[str, Any], extra_md: str = "", lead_md: str = "") -> int:
@@ -458,7 +463,7 @@ def run_table(campaign: Campaign, opts: Options, array_keys: Mapping[str, str]) 
         print(f"{spec.get('title', campaign.name)}\n{len(campaign.members)} runs "
               f"({len(spec['cells'])} cells x {len(spec['seeds'])} seeds), {n_done} already done, "
               f"{len(campaign.members) - n_done} to run")
-        print(f"MLflow parent run {s.parent} at {s.tracker.uri}", flush=True)
+        print(f"MLflow parent run {s.parent} at {masked(s.tracker.uri)}", flush=True)
         out = s.run(campaign.members, f"{campaign.name}-{campaign.plan_id}")
         if out.interrupted:
             return s.interrupted()

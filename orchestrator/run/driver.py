@@ -40,8 +40,11 @@ STALE_S = 5 * HEARTBEAT_S
 
 def identity() -> dict[str, Any]:
     """Who this driver is: process, host, start time and command line."""
+    from orchestrator.tracking.uris import masked_args
+
+    # Stored in MLflow and shown to colleagues: a password in a URI argument stays out.
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-            "command": " ".join(["python", *sys.argv])[:500]}
+            "command": " ".join(["python", *masked_args(sys.argv)])[:500]}
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -175,7 +178,7 @@ def running_driver(tracker: Any, parent: Any) -> dict[str, Any] | None:
     """The driver still running a parent run's plan, or None when none is: the holder of its
     lock beside a sqlite store, or the driver whose heartbeat on the parent is fresh (a server).
     Read without taking anything a driver would wait for."""
-    from orchestrator.tracking.client import sqlite_path
+    from orchestrator.tracking.uris import sqlite_path
 
     tags = dict(parent.data.tags)
     if tags.get(HEARTBEAT_TAG) and (holder := live_driver(tags)) is not None:

@@ -23,6 +23,7 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
     ``lead_md``: the report's first line (a search's verdict)."""
     from orchestrator.results.table_report import build_report, report_dir
     from orchestrator.results.views import print_links, share
+    from orchestrator.tracking.uris import masked, masked_text
 
     full = session.disk_full()
     if full is not None:
@@ -34,8 +35,8 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
                                 f"{session.journal.path}, uploaded by orchestrator.sync")
         print(f"\nMLflow stopped answering during the run; {session.journal.kept} results are "
               f"kept in {session.journal.path}.\nWhen it is back, upload them with:\n  "
-              f"{session.journal.upload_command()}\nthen render the report with:\n  python -m "
-              f"orchestrator.report --run {session.parent} --tracking-uri {session.tracker.uri}",
+              f"{masked_text(session.journal.upload_command())}\nthen render the report with:\n  python -m "
+              f"orchestrator.report --run {session.parent} --tracking-uri {masked(session.tracker.uri)}",
               file=sys.stderr)
         return 3
     outdir = report_dir(session.tracker, session.campaign.name, session.parent)
@@ -49,7 +50,7 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
         session.tracker.end(session.parent, "FAILED")
         print(f"error: the runs finished but the report could not be built ({why}); the "
               f"parent run {session.parent} ends FAILED. Rebuild the report with: python -m "
-              f"orchestrator.report --run {session.parent} --tracking-uri {session.tracker.uri}",
+              f"orchestrator.report --run {session.parent} --tracking-uri {masked(session.tracker.uri)}",
               file=sys.stderr)
         return 1
     complete = all(s.complete for s in analysis.status.values())
@@ -59,7 +60,7 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
         print(f"error: MLflow's artifact folder refused files ({session.journal.refused_files[0][:200]}); "
               f"the scores are in MLflow, and {session.journal.kept} file upload(s) (the students' "
               f"models) wait in {session.journal.path}: make the folder writable, then run "
-              f"{session.journal.upload_command()}", file=sys.stderr)
+              f"{masked_text(session.journal.upload_command())}", file=sys.stderr)
     if upload_error:
         session.tracker.client.set_tag(session.parent, "mmemb.report_error", upload_error[:500])
         session.tracker.end(session.parent, "FAILED")

@@ -18,6 +18,9 @@ class Options:
     max_concurrent: int | None = None
     max_failures: int = 1
     tracking_uri: str | None = None
+    artifact_location: str | None = None
+    """where a new experiment keeps its artifacts (a database store: MLflow's default is
+    ./mlruns on the machine that created it)"""
     storage: str = "runs"
     wait_for_workers: float = 900.0
     resume: bool = False

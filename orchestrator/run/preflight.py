@@ -444,7 +444,9 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
     big for this machine is not refused here but returned as ``not_here``, so that a laptop can
     list and price a GPU plan."""
-    from orchestrator.tracking.client import check_tracking_uri, default_tracking_uri
+    from orchestrator.tracking.artifacts import artifacts_line
+    from orchestrator.tracking.store_checks import check_tracking_uri
+    from orchestrator.tracking.uris import default_tracking_uri, masked
 
     lines = list(checked)
     cells = sorted({m.cell for m in members})
@@ -452,7 +454,8 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     lines.append(check_methods(members))
     uri = opts.tracking_uri or default_tracking_uri()
     check_tracking_uri(uri, "--tracking-uri" if opts.tracking_uri else "the default tracking store")
-    lines.append(f"tracking {uri}: scheme known, store reachable or creatable")
+    lines.append(f"tracking {masked(uri)}: scheme known, store reachable or creatable; "
+                 f"{artifacts_line(uri, opts.artifact_location)}")
     lines.append(check_storage(opts.storage))
     not_here = None
     try:

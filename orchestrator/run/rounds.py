@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.tracking.uris import masked
+
 
 @dataclass(frozen=True)
 class SearchArgs:
@@ -59,12 +61,11 @@ def check_study(url: str, option: str = "--study-storage") -> str:
                              "use sqlite:///PATH/optuna.db")
         writable_file(u.database, option)
     else:
-        try:
-            u.get_dialect().import_dbapi()
-        except Exception as e:
-            raise ValueError(f"{option} {url}: no driver for {backend} ({e}); install it "
-                             "(e.g. pip install psycopg2-binary) or use sqlite:///PATH/optuna.db"
-                             ) from None
+        from orchestrator.tracking.database import check_database
+
+        shown = masked(url)
+        check_database(url, option, fallback="sqlite:///PATH/optuna.db")
+        return f"study {shown}: database answers"
     return f"study {url}: openable"
 
 

@@ -10,384 +10,25 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from orchestrator.tracking.provenance import code_version, git_state
+from orchestrator.tracking.server import check_reachable as check_reachable
+from orchestrator.tracking.server import http_env
+from orchestrator.tracking.store_checks import check_tracking_uri as check_tracking_uri
+from orchestrator.tracking.store_lock import MLFLOW_BUSY_S, StoreInUse, is_busy, schema_lock
+from orchestrator.tracking.store_lock import busy_line as busy_line
+from orchestrator.tracking.uris import default_tracking_uri, file_store
+from orchestrator.tracking.uris import sqlite_path as sqlite_path
+
+# The names above imported "as" themselves stay importable from here (journal.py and sync.py,
+# edited elsewhere, import them from this module); new code imports them from their own module.
 
 EXPERIMENT = "mmemb"
 TAG = "mmemb."  # prefix of our tags
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
-
-
-def default_tracking_uri() -> str:
-    """The embedded default: a sqlite store in the working directory (absolute: trials chdir)."""
-    return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
-
-
-SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "databricks",
-           "databricks-uc", "uc")
-"""the tracking stores MLflow 3 registers (``mlflow.tracking._tracking_service.utils``)"""
-_FORMS = "sqlite:///PATH/mlflow.db, http(s)://HOST:PORT, postgresql://..., mysql://... or file:///PATH"
-
-
-def check_tracking_uri(uri: str, option: str = "--tracking-uri", write: bool = True) -> None:
-    """One line naming the URI, the problem and the fix, before any store is opened or created:
-    a scheme MLflow does not know, a local store whose folder is missing or read-only, a store
-    file that is not a whole SQLite database or that another process keeps locked, a server that
-    does not answer. ``write``: the command will write to the store (``best`` only reads)."""
-    from mlflow.utils.uri import get_uri_scheme
-
-    from trainables.runtime.command_line import unexpanded_home
-
-    scheme = get_uri_scheme(uri)
-    if scheme and scheme not in SCHEMES:
-        raise ValueError(f"{option} {uri}: MLflow has no {scheme!r} store; use {_FORMS}")
-    if scheme == "sqlite":
-        if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
-            raise ValueError(f"{option} {uri}: not a sqlite file (an in-memory store loses every "
-                             "run when the command ends); use sqlite:///PATH/mlflow.db")
-        path = uri.removeprefix("sqlite:///")
-        if path.startswith("~"):
-            unexpanded_home(path, option, uri, f"sqlite:///{_home(path)}")
-        _check_local(Path(path), uri, option)
-        _check_sqlite_file(Path(path), uri, option, write)
-    elif scheme and scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
-        _check_driver(uri, option)
-    elif scheme in ("", "file"):  # a file store: the URI names its folder
-        path = urllib.parse.urlparse(uri).path if scheme else uri
-        if path.startswith("~"):
-            unexpanded_home(path, option, uri, _home(path))
-        _check_local(Path(path), uri, option)
-    check_reachable(uri)
-
-
-def _check_local(path: Path, uri: str, option: str) -> None:
-    """The store file (or folder) ``path`` can be created or written where the URI says."""
-    folder = path.absolute().parent
-    if path.is_dir():
-        raise ValueError(f"{option} {uri}: {path} is a folder, not a store file; name a file "
-                         f"inside it (sqlite:///{path}/mlflow.db)")
-    taken = next((p for p in [folder, *folder.parents] if p.exists()), None)
-    if taken is not None and not taken.is_dir():
-        raise ValueError(f"{option} {uri}: {taken} is a file, so no folder can be made there; "
-                         f"{_elsewhere(option)}")
-    if not folder.is_dir():
-        raise ValueError(f"{option} {uri}: folder {folder} does not exist; create it "
-                         f"(mkdir -p {folder}) or {_elsewhere(option)}")
-    from trainables.runtime.command_line import writable_folder
-
-    try:
-        writable_folder(folder, option)
-    except ValueError:
-        writable = False
-    else:
-        writable = not path.exists() or os.access(path, os.W_OK)
-    if not writable:
-        raise ValueError(f"{option} {uri}: {path if path.exists() else folder} is not writable; "
-                         f"fix its permissions or {_elsewhere(option)}")
-
-
-def _home(path: str) -> str:
-    try:
-        return str(Path(path).expanduser())
-    except RuntimeError:  # ~name of a user this machine does not know
-        return "/FULL/PATH/" + path.split("/", 1)[-1]
-
-
-def _elsewhere(option: str) -> str:
-    """How to put the store elsewhere: the option itself, or for the default store (./mlflow.db,
-    which no option named) the option that replaces it."""
-    if option.startswith("--"):
-        return f"point {option} elsewhere"
-    return "pass --tracking-uri sqlite:///PATH/mlflow.db to put the store elsewhere"
-
-
-QUICK_CHECK_BYTES = 256 * 2**20
-"""stores up to this size get SQLite's page-by-page check before a command opens them"""
-
-STORE_BUSY_ENV = "MMEMB_STORE_BUSY_S"
-STORE_BUSY_S = 30.0
-"""how long a command waits for a sqlite store that another process holds locked (a colleague's
-long transaction, a ``sqlite3`` shell left in one) before it says so; ``$MMEMB_STORE_BUSY_S``"""
-MLFLOW_BUSY_S = 20.0
-"""how long MLflow's own sqlite sessions wait for a lock (its ``PRAGMA busy_timeout``)"""
-
-
-def store_busy_s() -> float:
-    """``$MMEMB_STORE_BUSY_S``, or :data:`STORE_BUSY_S`."""
-    import math
-
-    raw = os.environ.get(STORE_BUSY_ENV)
-    if raw is None or not raw.strip():
-        return STORE_BUSY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"${STORE_BUSY_ENV}={raw!r} must be a number of seconds >= 0 (how long "
-                         f"to wait for a store another process holds locked); unset it for "
-                         f"{STORE_BUSY_S:g} s")
-    return value
-
-
-def is_busy(e: BaseException) -> bool:
-    """``e`` (or what it wraps: SQLAlchemy's and MLflow's errors) is SQLite saying another
-    connection holds the database locked (SQLITE_BUSY or SQLITE_LOCKED), not that it is damaged."""
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        code = getattr(e, "sqlite_errorcode", None)
-        if isinstance(code, int) and code & 0xFF in (5, 6):
-            return True
-        text = str(e).lower()
-        if "database is locked" in text or "database table is locked" in text or \
-                "database is busy" in text:
-            return True
-        e = getattr(e, "orig", None) or e.__cause__ or e.__context__
-    return False
-
-
-def _point(option: str) -> str:
-    """How to name another store: the option itself, or for the default store the option that
-    replaces it."""
-    if option.startswith("--"):
-        return f"point {option} at another file"
-    return "pass --tracking-uri sqlite:///PATH/mlflow.db to use another file"
-
-
-_OPENED: dict[str, tuple[Path, str]] = {}
-"""uri -> (sqlite file, how the command named it), of the stores this process opened: a lock
-met later (MLflow's own wait ran out) is named the same way"""
-
-
-def _check_sqlite_file(path: Path, uri: str, option: str, write: bool = True) -> None:
-    """An existing store file is a whole SQLite database (not another file of that name, not one
-    cut short by a full disk or a copy that stopped), read without writing a byte. A store that
-    another process holds locked is waited for (``$MMEMB_STORE_BUSY_S``), then named as in use
-    by that process: a lock is not damage. ``write``: the command will write, so a writer's lock
-    (which lets readers through) is waited for too."""
-    _OPENED.pop(uri, None)  # the latest store this process meets is the one named later
-    _OPENED[uri] = (path, option)
-    if not path.is_file() or path.stat().st_size == 0:  # a new store (or an empty file) is made
-        return
-    import sqlite3
-    import time
-
-    aside = f"move it aside (mv {path} {path}.bad) to start a new store there, or {_point(option)}"
-    with path.open("rb") as f:
-        head = f.read(100)
-    if head[:16] != b"SQLite format 3\x00":
-        raise ValueError(f"{option} {uri}: {path} is not a SQLite database (it starts with "
-                         f"{head[:8]!r}); {aside}")
-    # The header's page size and page count (valid when its two change counters agree): a file
-    # shorter than that was cut short. Then, on stores small enough to read in a blink, a check
-    # of every page.
-    size = int.from_bytes(head[16:18], "big")
-    size = 65536 if size == 1 else size
-    pages = int.from_bytes(head[28:32], "big")
-    if len(head) == 100 and head[24:28] == head[92:96] and pages and \
-            path.stat().st_size < size * pages:
-        raise ValueError(f"{option} {uri}: {path} is cut short ({path.stat().st_size} of "
-                         f"{size * pages} bytes); restore it from a backup, or {aside}")
-    budget = store_busy_s()
-    deadline = time.monotonic() + budget
-    row: tuple | None = ("ok",)
-    try:
-        # SQLite's busy handler retries a locked store until the timeout: the bounded wait.
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=budget)
-        try:
-            if path.stat().st_size <= QUICK_CHECK_BYTES:
-                row = con.execute("PRAGMA quick_check").fetchone()
-            else:  # too big to check every page here; a read still meets a writer's lock
-                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        finally:
-            con.close()
-        if write and row and row[0] == "ok":  # a writer's lock lets readers through
-            con = sqlite3.connect(str(path), isolation_level=None,
-                                  timeout=max(0.0, deadline - time.monotonic()))
-            try:
-                con.execute("BEGIN IMMEDIATE")  # takes the write lock; writes nothing
-                con.execute("ROLLBACK")
-            finally:
-                con.close()
-    except sqlite3.Error as e:
-        if is_busy(e):
-            raise StoreInUse(path, uri, option, budget) from None
-        if "unable to open" in str(e):
-            raise ValueError(f"{option} {uri}: {path} cannot be opened ({e}); check the "
-                             "permissions of the file and its folder") from None
-        row = (str(e),)
-    if not row or row[0] != "ok":  # SQLite's own integrity check failed: damage
-        raise ValueError(f"{option} {uri}: {path} is a damaged SQLite database ({row[0] if row else 'unreadable'}); "
-                         f"restore it from a backup, or {aside}")
-
-
-class StoreInUse(ValueError):
-    """A sqlite store that another process kept locked for ``waited`` seconds. Its message
-    names the processes holding the lock (the kernel's lock table) and says to wait for them or
-    stop them; never to move or restore the file: it is not damaged, and a new store beside it
-    would split a lab's results in two. The command layer names an mmemb command among them as
-    its driver lock does (``orchestrator.run.driver.name_store_users``): :meth:`line`."""
-
-    def __init__(self, path: Path, uri: str, option: str, waited: float):
-        from trainables.runtime.filelock import lock_holders
-
-        self.path, self.uri, self.option, self.waited = path, uri, option, waited
-        self.holders = lock_holders(path)
-        super().__init__(self.line())
-
-    def line(self, known: Mapping[int, str] | None = None, elsewhere: str = "") -> str:
-        """``known``: pid -> how to name that process (an mmemb driver); ``elsewhere``: a driver
-        of this store that holds no lock this machine shows (it may hold it from another)."""
-        from trainables.runtime.filelock import process_line
-
-        known = known or {}
-        named = [known.get(pid) or process_line(pid) for pid, _ in self.holders[:3]]
-        if named:
-            who = (f"{named[0]} holds it locked" if len(named) == 1 else
-                   f"{'; '.join(named)} hold it locked")
-            fix = (f"wait for {'it' if len(named) == 1 else 'them'} to finish and run this again "
-                   f"(or, if it is stuck, stop it: kill {self.holders[0][0]})")
-        else:
-            who = ("another process holds it locked (none of this machine's processes shows the "
-                   + (f"lock; {elsewhere} runs a plan on this store)" if elsewhere else
-                      "lock: a program on another machine sharing this folder, or another user's)"))
-            fix = "wait for it to finish and run this again"
-        return (f"{self.option} {self.uri}: {self.path} is in use: {who}, and did not let go "
-                f"within {self.waited:g} s (${STORE_BUSY_ENV} sets the wait); a locked store is not "
-                f"damaged, so keep the file where it is: {fix}")
-
-
-def busy_line(e: BaseException) -> StoreInUse | None:
-    """For an error out of MLflow that is a sqlite store's lock (MLflow's own wait ran out): the
-    :class:`StoreInUse` of the store this process met last, else None."""
-    if not is_busy(e) or not _OPENED:
-        return None
-    uri, (db, where) = next(reversed(_OPENED.items()))
-    return StoreInUse(db, uri, where, MLFLOW_BUSY_S)
-
-
-def _check_driver(uri: str, option: str) -> None:
-    """A database store's Python driver is installed (SQLAlchemy imports it on first use)."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        url = make_url(uri)
-        dialect = url.get_dialect()
-        (getattr(dialect, "import_dbapi", None) or dialect.dbapi)()
-    except ImportError as e:
-        name = getattr(e, "name", None) or str(e).split()[-1].strip("'\"")
-        driver = {"psycopg2": "psycopg2-binary", "psycopg": "'psycopg[binary]'", "MySQLdb": "mysqlclient", "pymysql": "pymysql",
-                  "pyodbc": "pyodbc"}.get(name, name)
-        raise ValueError(f"{option} {url.render_as_string(hide_password=True)}: the Python driver "
-                         f"for this database is not installed (no module {name!r}); pip install "
-                         f"{driver}, or use sqlite:///PATH/mlflow.db") from None
-    except Exception as e:  # a malformed URL, a dialect SQLAlchemy does not know
-        raise ValueError(f"{option}: {e}; use {_FORMS}") from None
-
-
-UNREACHABLE_HINT = "start it (mlflow server ...) or drop --tracking-uri to use the local store"
-
-
-def check_reachable(uri: str, timeout: float = 5.0, hint: str = UNREACHABLE_HINT) -> None:
-    """Fail before anything starts when an http(s) tracking server does not answer, or answers
-    ``/health`` but refuses the client's own calls (:func:`client_check`)."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
-            healthy = r.status == 200
-    except urllib.error.HTTPError as e:  # something answers there, but not MLflow's /health
-        raise ConnectionError(
-            f"{uri} answers but is not an MLflow tracking server (HTTP {e.code} on /health); "
-            "check the host and port (mlflow server prints them when it starts)") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        raise ConnectionError(
-            f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); {hint}"
-        ) from None
-    if not healthy:
-        raise ConnectionError(f"MLflow tracking server {uri} did not answer /health with 200")
-    client_check(uri)
-
-
-def client_check(uri: str) -> None:
-    """One real client call (a search of experiments): a server can answer ``/health`` and still
-    refuse every API call, e.g. one started with ``--allowed-hosts`` that does not list the
-    host this command calls it by (403)."""
-    _http_env()
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        MlflowClient(uri).search_experiments(max_results=1)
-    except MlflowException as e:
-        host = urllib.parse.urlparse(uri).netloc
-        text = " ".join(str(e).split())
-        if "403" in text:
-            raise ConnectionError(
-                f"MLflow tracking server {uri} answers /health but refuses this client (403: "
-                f"{_body(text) or 'Forbidden'}); a server started with --allowed-hosts must list "
-                f"the host this command calls it by: restart it with --allowed-hosts '{host}' (or "
-                "call it by a name it allows)") from None
-        if "401" in text:
-            raise ConnectionError(
-                f"MLflow tracking server {uri} asks for credentials (401); set "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
-            ) from None
-        raise ConnectionError(f"MLflow tracking server {uri} answers /health but refused a search "
-                              f"of experiments ({text[:300]})") from None
-
-
-def _body(text: str) -> str:
-    """The server's own words in an MLflow client error (``... Response body: '...'``)."""
-    if "Response body:" not in text:
-        return ""
-    return text.split("Response body:", 1)[1].strip(" '\"")[:200]
-
-
-def _http_env() -> None:
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    # Fail over to the local journal in seconds, not after minutes of HTTP retries.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    # MLflow draws a "Downloading artifacts" bar for every file it reads back (grid.json, ...):
-    # noise above the command's own lines, and above its error line when one follows.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` store (None for any other store)."""
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
-
-
-def _file_store(uri: str) -> Path | None:
-    """The folder of a file store (``file:///PATH`` or a bare path); None for any other store."""
-    from mlflow.utils.uri import get_uri_scheme
-
-    scheme = get_uri_scheme(uri)
-    if scheme == "file":
-        return Path(urllib.parse.urlparse(uri).path)
-    return Path(uri) if not scheme else None
-
-
-@contextlib.contextmanager
-def schema_lock(db: Path | None):
-    """Hold a lock beside a sqlite store while its schema and experiment are created."""
-    if db is None:
-        yield
-        return
-    from trainables.runtime.filelock import file_lock
-
-    with file_lock(db.with_name(f".{db.name}.lock")):
-        yield
 
 
 STARTED: list[str] = []
@@ -404,33 +45,33 @@ class Tracker:
     """
 
     def __init__(self, uri: str | None = None, experiment: str = EXPERIMENT, create: bool = True,
-                 write: bool = True):
-        _http_env()
-        import logging
-
+                 write: bool = True, artifact_location: str | None = None):
+        http_env()
         import mlflow
 
-        # A new sqlite store announces its tables at INFO; the command says where the store is.
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        from orchestrator.tracking.quiet import quiet_mlflow
+
+        quiet_mlflow()  # the command says where the store is, and what a lock or outage means
         self.uri = uri or default_tracking_uri()
         where = "--tracking-uri" if uri else "the default tracking store"
         check_tracking_uri(self.uri, where, write=write or create)
         db = sqlite_path(self.uri)
         if not create:
-            folder = db if db is not None else _file_store(self.uri)
+            folder = db if db is not None else file_store(self.uri)
             if folder is not None and not folder.exists():
                 raise ValueError(
                     f"no MLflow store at {folder} ({where} {self.uri}); pass the --tracking-uri "
                     "the table ran with (by default mlflow.db in the folder it ran in)")
         mlflow.set_tracking_uri(self.uri)
         try:
-            self._open(experiment, create, db)
+            self._open(experiment, create, db, artifact_location)
         except Exception as e:  # locked between the check and here: MLflow waited and gave up
             if db is None or not is_busy(e):
                 raise
             raise StoreInUse(db, self.uri, where, MLFLOW_BUSY_S) from None
 
-    def _open(self, experiment: str, create: bool, db: Path | None) -> None:
+    def _open(self, experiment: str, create: bool, db: Path | None,
+              artifact_location: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         # Two commands starting on a fresh sqlite store would both create its schema (alembic,
@@ -444,8 +85,8 @@ class Tracker:
                                  "(no table or search ran there); pass the --tracking-uri the "
                                  "table ran with")
             if exp is None:
-                artifacts = None
-                if db is not None:  # keep artifacts beside the db, not in a trial's cwd
+                artifacts = artifact_location
+                if artifacts is None and db is not None:  # keep artifacts beside the db, not in a trial's cwd
                     artifacts = (db.parent / "mlartifacts").as_uri()
                 self.experiment_id = self.client.create_experiment(experiment,
                                                                    artifact_location=artifacts)

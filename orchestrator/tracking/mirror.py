@@ -11,7 +11,9 @@ FINISHED with an ``mmemb.stopped`` tag.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,11 +180,36 @@ class MlflowMirror(Callback):
     def _model(self, run: str, plan: ArrayPlan, folder: Path) -> None:
         """The member's best student into MLflow as a model; once it is there, Ray's copy goes
         (unless --keep-checkpoints): the store is where users find models, and one copy is enough."""
-        if "://" in str(folder) or not folder.is_dir():  # remote storage: point at it
+        if "://" in plan.storage and not folder.is_dir():  # object storage: fetch it first
+            self._remote_model(run, plan, folder)
+            return
+        if "://" in str(folder) or not folder.is_dir():  # nothing to read here: point at it
             self.journal.set_tag(run, f"{TAG}checkpoint", str(folder))
             return
         if self.journal.log_model(run, str(folder)) and not plan.keep_checkpoints:
             shutil.rmtree(folder.parent, ignore_errors=True)
+
+    def _remote_model(self, run: str, plan: ArrayPlan, folder: Path) -> None:
+        """The student from ``--storage s3://...``: copied beside the journal (which keeps the
+        copy if MLflow cannot take it now), logged, then both copies go."""
+        from orchestrator.tracking import remote_student
+
+        where = remote_student.scheme_uri(plan.storage, folder.as_posix())
+        local = self.journal.path.parent / "students" / run / folder.name
+        try:
+            remote_student.fetch(plan.storage, folder.as_posix(), local)
+        except Exception as e:  # unreadable now: say where it is, lose nothing
+            self.journal.set_tag(run, f"{TAG}checkpoint", where)
+            print(f"warning: could not copy the student of run {run} from {where} "
+                  f"({' '.join(str(e).split())[:200]}); it stays there", file=sys.stderr,
+                  flush=True)
+            return
+        if self.journal.log_model(run, str(local)):
+            shutil.rmtree(local.parent, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the last one leaves no empty folder behind
+                local.parent.parent.rmdir()
+            if not plan.keep_checkpoints:
+                remote_student.drop(plan.storage, folder.parent.as_posix())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         plan: ArrayPlan = self.plans[trial.config["index"]]

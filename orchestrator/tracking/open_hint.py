@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def open_hint(uri: str, bootstrap: Path = BOOTSTRAP, repo: Path = REPO) -> str:
+    from orchestrator.tracking.uris import masked
+
+    uri = masked(uri)  # a line on the console: a password in the URI stays out of it
     if not uri.startswith(("http://", "https://")):
         return f"open the runs: mlflow ui --backend-store-uri {uri}  (then http://127.0.0.1:5000)"
     parts = urlsplit(uri)
