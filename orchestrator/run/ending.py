@@ -41,7 +41,7 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
         return 3 if session.journal.kept else 1
     j = session.journal
     late = len(j.held)
-    if late and not j.finish(_end_wait()):  # the store failed mid-table: once more, with back-off
+    if j.kept and not j.finish(_end_wait()):  # the store failed mid-table: once more, with back-off
         if j.offline:
             j.retry_at = float("inf")  # said below; the ends that follow wait in the journal too
             session._end_all("FAILED", f"{j.cause}; results kept in {j.path}, uploaded by "

@@ -166,9 +166,8 @@ class Journal:
         if not self.offline or self.clock() < self.retry_at:
             return
         if self._drain() is None:
-            n = self.uploaded_late
-            print(f"note: MLflow answers again; the {n} result(s) kept in {self.path} meanwhile "
-                  "are uploaded", file=sys.stderr, flush=True)
+            print(f"note: MLflow answers again; what was kept in {self.path} meanwhile is "
+                  f"uploaded ({self.uploaded_late} entries so far)", file=sys.stderr, flush=True)
 
     def _drain(self) -> BaseException | None:
         """Upload the kept entries in order; the error that stopped it, or None when all went."""
@@ -194,10 +193,8 @@ class Journal:
         """The table's end: upload what is kept, asking the store with back-off for up to
         ``wait_s`` seconds; True when nothing is left to upload (the journal is then retired to
         ``.uploaded``)."""
-        if not self.held:
-            return True
         deadline, pause = self.clock() + wait_s, 1.0
-        while (err := self._drain()) is not None:
+        while self.held and (err := self._drain()) is not None:
             if isinstance(err, PermissionError):
                 return False  # the store answers but keeps no files: waiting changes nothing
             if self.clock() + pause > deadline:
