@@ -172,7 +172,8 @@ class Journal:
     def _drain(self) -> BaseException | None:
         """Upload the kept entries in order; the error that stopped it, or None when all went."""
         try:
-            self.replayer.learn(self.held)
+            with quiet_mlflow():
+                self.replayer.learn(self.held)
             while self.held:
                 self.replayer.apply(self.held[0], str(self.path))
                 self.held.pop(0)
@@ -325,7 +326,7 @@ def entries(journal: Path, say=None) -> list[dict]:
                              f"{line[:80]!r}); nothing was uploaded. Pass the "
                              "mlflow-journal-*.jsonl file the table printed")
         out.append(e)
-    return identify(out, lines[0][1] if lines else "")
+    return identify(out)
 
 
 def _identity(e: dict) -> bool:

@@ -10,14 +10,15 @@ what was left. Entries that are applied again anyway (the process died between a
 mark) change nothing: a result keeps the time it was logged at, so MLflow keeps its metric rows
 once (the same key, step, time and value), and tags, ends and model uploads write the same values.
 
-Journals written before entries had identities get one from their file: the hash of its first
-line and each entry's line number (such a file was only ever appended to).
+Journals written before entries had identities get one from their file: the hash of those
+entries and each one's place among them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,9 +31,11 @@ MARK = f"{TAG}journal."
 """tag prefix on a parent run: ``mmemb.journal.<writer>`` = the last place of that writer applied"""
 
 
-def identify(items: Sequence[dict], first_line: str) -> list[dict]:
-    """Give entries without an ``id`` (journals from before identities) one from their file."""
-    legacy = "legacy" + hashlib.sha256(first_line.encode()).hexdigest()[:12]
+def identify(items: Sequence[dict]) -> list[dict]:
+    """Give entries without an ``id`` (journals from before identities) one from their file:
+    the hash of all of them, and each one's place."""
+    old = json.dumps([e for e in items if "id" not in e], sort_keys=True)
+    legacy = "legacy" + hashlib.sha256(old.encode()).hexdigest()[:12]
     return [e if "id" in e else {**e, "id": f"{legacy}:{i}"} for i, e in enumerate(items, 1)]
 
 
@@ -141,11 +144,12 @@ class Replayer:
 
     def apply(self, entry: dict, source: str) -> bool:
         """Apply one entry unless the store has it; True when it was applied now."""
-        if entry["op"] == "start_child" and self.applied(entry):
-            self._lazy[PENDING + entry["plan"]["key"]] = (entry["parent"], entry["plan"]["key"])
-        if self.applied(entry):
-            return False
         with quiet_mlflow():
+            if entry["op"] == "start_child" and self.applied(entry):
+                key = entry["plan"]["key"]
+                self._lazy[PENDING + key] = (entry["parent"], key)
+            if self.applied(entry):
+                return False
             self.do(entry, source)
             writer, seq = split_id(entry["id"])
             parent = self._parent.get(writer)
