@@ -216,3 +216,15 @@ def test_a_store_locked_mid_table_gets_everything_once_the_lock_goes(tracker, tm
     before = rows(tracker)
     assert sync.main([str(box.retired), "--tracking-uri", tracker.uri]) == 0
     assert rows(tracker) == before
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_retry_wait_is_refused_before_anything_starts(value, tmp_path, capsys,
+                                                            monkeypatch):
+    from orchestrator import ablate
+    from tests.orchestrator.refusing import refused
+
+    monkeypatch.setenv("MMEMB_JOURNAL_RETRY_S", value)
+    refused(tmp_path, ablate.main, ["--grid", "kdmcse_table3", "--dry-run"],
+            f"$MMEMB_JOURNAL_RETRY_S={value!r} must be a number of seconds >= 0", capsys,
+            monkeypatch)
