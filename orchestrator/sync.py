@@ -2,8 +2,10 @@
 
     python -m orchestrator.sync runs/mlflow-journal-PLAN.jsonl --tracking-uri URI
 
-Upload to the store the table ran with: its parent run is there. The journal is kept, renamed to
-``.uploaded``, as the record of what was uploaded.
+Upload to the store the table ran with: its parent run is there. Then the table's report is
+rendered (``orchestrator.report``), which marks the table FINISHED once all its runs are. The
+journal is kept, renamed to ``.uploaded``, as the record of what was uploaded. The store records
+every entry it was given, so syncing a journal again (under either name) uploads nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.tracking.client import Tracker, check_reachable
-    from orchestrator.tracking.journal import parents, replay
+    from orchestrator.tracking.journal import entries, parents, retire
+    from orchestrator.tracking.replay import Replayer, quiet_mlflow
 
     journal = Path(args.journal)
+    if not journal.is_file() and journal.with_suffix(".uploaded").is_file():
+        journal = journal.with_suffix(".uploaded")  # a sync before this one renamed it
     if not journal.is_file():
         raise ValueError(f"journal {journal} does not exist; pass the path the table printed")
     if args.tracking_uri:  # the hint of a table's start (drop --tracking-uri) is wrong here
@@ -41,14 +46,45 @@ def _run(args: argparse.Namespace) -> int:
     tracker = Tracker(args.tracking_uri, create=False)
     for parent in parents(journal, tracker):
         tracker.parent_run(parent)  # the right store: the journal's table is in it
-    n = replay(journal, tracker)
-    done = journal.with_suffix(".uploaded")
-    journal.rename(done)  # kept, not deleted: the record of what was uploaded
-    print(f"uploaded {n} entries to {tracker.uri}; journal moved to {done}")
+    items = entries(journal, say=lambda _line: None)  # parents() has said what was cut
+    replayer = Replayer(tracker)
+    with quiet_mlflow():
+        replayer.learn(items)
+        legacy = [e for e in items if e["id"].startswith("legacy")]
+        if journal.suffix == ".uploaded" and legacy and not replayer.applied(legacy[0]):
+            raise ValueError(f"journal {journal} was uploaded before (its name ends in .uploaded) "
+                             "by an mmemb that did not record uploads in the store, so uploading "
+                             "it again would log every result twice; nothing was uploaded. To "
+                             "upload it anyway, rename it to end in .jsonl")
+    applied = sum(replayer.apply(e, str(journal)) for e in items)
     uri = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
-    for parent in parents(done, tracker, quiet=True):
-        print(f"re-render the table: python -m orchestrator.report --run {parent}{uri}")
-    return 0
+    tables = parents(journal, tracker, quiet=True)
+    if not applied:
+        print(f"nothing to upload: the {len(items)} entries of {journal} are in {tracker.uri} "
+              "already (uploaded before); the store is unchanged")
+        for parent in tables:
+            print(f"the table's report: python -m orchestrator.report --run {parent}{uri}")
+        return 0
+    done = journal if journal.suffix == ".uploaded" else retire(journal)
+    there = f" ({len(items) - applied} were there already)" if applied < len(items) else ""
+    print(f"uploaded {applied} entries to {tracker.uri}{there}; journal moved to {done}")
+    rc = 0
+    for parent in tables:
+        if _is_table(tracker, parent):  # its report, which marks it FINISHED once complete
+            from orchestrator import report
+
+            rc = max(rc, report.main(["--run", parent, *uri.split()]))
+        else:
+            print(f"re-render the table: python -m orchestrator.report --run {parent}{uri}")
+    return rc
+
+
+def _is_table(tracker, parent: str) -> bool:
+    """A parent whose report ``orchestrator.report`` renders (it holds its grid)."""
+    try:
+        return any(f.path == "grid.json" for f in tracker.client.list_artifacts(parent))
+    except Exception:  # noqa: BLE001 - no artifacts to list: say the command instead
+        return False
 
 
 if __name__ == "__main__":

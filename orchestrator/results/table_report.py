@@ -12,6 +12,9 @@ report says why.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,22 +90,22 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
     md += extra_md
     if lead_md:
         md = f"{lead_md}\n\n{md}"
-    outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "report.md").write_text(md)
     csv = tables.to_csv(analysis)
     if transfer is not None:  # the TR rows below the STS rows, one header
         csv += tables.to_csv(transfer).split("\n", 1)[1]
-    (outdir / "report.csv").write_text(csv)
     x = {c: v for c, v in (spec.get("x") or {}).items() if c in cells}
     kind = spec["plot"] if spec["plot"] == "sweep" and x else "bars"
-    plots.to_png(analysis, outdir / "report.png", kind=kind,
-                 x=x if kind == "sweep" else None, xlabel=spec.get("xlabel"))
-    files = ["report.md", "report.csv", "report.png"]
+    writers = {"report.md": lambda f: f.write_text(md), "report.csv": lambda f: f.write_text(csv),
+               "report.png": lambda f: plots.to_png(analysis, f, kind=kind,
+                                                    x=x if kind == "sweep" else None,
+                                                    xlabel=spec.get("xlabel"))}
     if transfer is not None:
-        plots.to_png(transfer, outdir / "report_transfer.png", kind=kind,
-                     x=x if kind == "sweep" else None, xlabel=spec.get("xlabel"),
-                     metric="transfer/avg")
-        files.append("report_transfer.png")
+        writers["report_transfer.png"] = lambda f: plots.to_png(
+            transfer, f, kind=kind, x=x if kind == "sweep" else None, xlabel=spec.get("xlabel"),
+            metric="transfer/avg")
+    write_all(outdir, writers, f"python -m orchestrator.report --run {parent_id} "
+                               f"--tracking-uri {tracker.uri} --out DIR")
+    files = list(writers)
     try:
         for name in files:
             tracker.log_artifact_file(parent_id, outdir / name)
@@ -115,6 +118,31 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
     # longer holds, and the parent must not go on saying it does.
     tracker.clear_tag(parent_id, "mmemb.report_error")
     return analysis, md, None
+
+
+def write_all(outdir: Path, writers: dict[str, Any], elsewhere: str) -> None:
+    """Each file written under a temporary name beside its place, then all moved into place: a
+    disk that fills half-way leaves the report that was there (or none), never half of one, and
+    one line naming the folder and what to do (``elsewhere``: the command that writes it to
+    another folder)."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        for name, write in writers.items():
+            done.append((outdir / f".partial-{name}", outdir / name))
+            write(done[-1][0])
+        for tmp, final in done:
+            os.replace(tmp, final)
+    except OSError as e:
+        for tmp, _ in done:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        full = e.errno == errno.ENOSPC or "No space left" in str(e)
+        fix = ("free space there (the table's runs are safe in MLflow)" if full else
+               "make it writable")
+        raise ValueError(f"cannot write the report in {outdir}: {e.strerror or e}; nothing was "
+                         f"written there. {fix[0].upper()}{fix[1:]}, or write the report to another "
+                         f"folder: {elsewhere}") from None
 
 
 def _split_published(published: dict[str, dict[str, float]]) -> tuple[dict, dict]:

@@ -277,7 +277,7 @@ class Session:
 
     def _write(self, call, op: str, handle: str, payload: dict) -> None:
         if self.journal is not None:
-            self.journal._write(handle, op, call, payload)
+            self.journal.write(op, handle, payload)
         else:
             call()
 

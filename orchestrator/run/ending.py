@@ -2,8 +2,10 @@
 parent ended, and where everything is printed.
 
 A failed upload never hides the table: it is printed, kept on disk, and the parent says what
-failed. A full disk or an MLflow that stopped answering mid-run ends the parent FAILED with the
-command that continues (``--resume``) or uploads what was kept (``orchestrator.sync``).
+failed. A full disk ends the parent FAILED with the command that continues (``--resume``). An
+MLflow that failed mid-run (locked, or not answering) gets what the journal kept once more,
+with back-off; only if it still fails does the parent end FAILED, with the one command that
+uploads what was kept and renders the report (``orchestrator.sync``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.run.failures import closing_advice
+
+
+def _end_wait() -> float:
+    """How long the end waits for a store that failed mid-table: as long as any command waits
+    for a locked store (``$MMEMB_STORE_BUSY_S``)."""
+    from orchestrator.tracking.store_lock import store_busy_s
+
+    return store_busy_s()
 
 
 def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
@@ -30,15 +40,20 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
         session._end_all("FAILED", "the disk filled up; --resume continues the table")
         print(f"error: {full}", file=sys.stderr)
         return 3 if session.journal.kept else 1
-    if session.journal.offline:
-        session._end_all("FAILED", f"MLflow stopped answering; results kept in "
-                                f"{session.journal.path}, uploaded by orchestrator.sync")
-        print(f"\nMLflow stopped answering during the run; {session.journal.kept} results are "
-              f"kept in {session.journal.path}.\nWhen it is back, upload them with:\n  "
-              f"{masked_text(session.journal.upload_command())}\nthen render the report with:\n  python -m "
-              f"orchestrator.report --run {session.parent} --tracking-uri {masked(session.tracker.uri)}",
-              file=sys.stderr)
-        return 3
+    j = session.journal
+    late = len(j.held)
+    if j.kept and not j.finish(_end_wait()):  # the store failed mid-table: once more, with back-off
+        if j.offline:
+            j.retry_at = float("inf")  # said below; the ends that follow wait in the journal too
+            session._end_all("FAILED", f"{j.cause}; results kept in {j.path}, uploaded by "
+                                       "orchestrator.sync")
+            print(f"\nerror: {j.cause}, still at the table's end; the {j.kept} results written "
+                  f"meanwhile are kept in {j.path}. Once the store answers, one command uploads "
+                  f"them and renders the report:\n  {masked_text(j.upload_command())}", file=sys.stderr)
+            return 3
+    elif late:
+        print(f"note: {j.cause} for part of the table; the {late} result(s) kept meanwhile are "
+              f"uploaded now (the record: {j.retired})", file=sys.stderr)
     outdir = report_dir(session.tracker, session.campaign.name, session.parent)
     try:
         analysis, md, upload_error = build_report(session.tracker, session.parent, dict(spec),
@@ -67,7 +82,7 @@ def write_report(session: Any, spec: Mapping[str, Any], extra_md: str = "",
         session._closed = True
         print(f"error: the report could not be stored in MLflow ({upload_error}); it is in "
               f"{outdir}. Upload it again with: python -m orchestrator.report --run "
-              f"{session.parent} --tracking-uri {session.tracker.uri}", file=sys.stderr)
+              f"{session.parent} --tracking-uri {masked(session.tracker.uri)}", file=sys.stderr)
         return 1
     session.tracker.end(session.parent, "FINISHED" if complete and not session.journal.refused_files
                      else "FAILED")

@@ -135,10 +135,15 @@ def validate_space(space: SearchSpace, samples: int = 4,
 
     ref = reference(space, profile)
 
+    widths: dict[str, str] = {}
+    """parameter -> its span where the search cannot choose it ('1.0 to 1.0'), else ''"""
+
     def draw(sampler) -> None:
         t = optuna.create_study(direction="maximize", sampler=sampler).ask()
         define_on(space, t, profile, ref)
         for name, d in t.distributions.items():
+            if widths.get(name, "x"):
+                widths[name] = _no_choice(d)
             if isinstance(d, optuna.distributions.CategoricalDistribution):
                 choices[name] = check_choices(name, d.choices)
                 seen_with.setdefault(name, dict(t.params))
@@ -167,3 +172,19 @@ def validate_space(space: SearchSpace, samples: int = 4,
                 draw(optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0)))
     finally:
         optuna.logging.set_verbosity(level)
+    if widths and all(widths.values()):  # every draw the same point: nothing to search
+        said = "; ".join(f"{n} is {w}" for n, w in widths.items())
+        its = "its only range" if len(widths) == 1 else "each of its ranges"
+        raise ValueError(f"{where}: {its} has no width ({said}), so every draw is the same "
+                         "point and the search cannot choose anything; widen the range (low < "
+                         "high), or put that value in the space's base and run it as a table")
+
+
+def _no_choice(d: Any) -> str:
+    """A distribution that leaves one value: its span in words ('1.0 to 1.0'), else ''."""
+    import optuna
+
+    if isinstance(d, optuna.distributions.CategoricalDistribution):
+        return f"one option {d.choices[0]!r}" if len(d.choices) == 1 else ""
+    low, high = getattr(d, "low", None), getattr(d, "high", None)
+    return f"{low} to {high}" if low is not None and low == high else ""

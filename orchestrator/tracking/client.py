@@ -282,14 +282,15 @@ class Tracker:
             self.client.log_batch(run.info.run_id, params=params[i : i + 100])
         return run.info.run_id
 
-    def log_result(self, run_id: str, result: Mapping[str, Any]) -> None:
-        """Dev curve points and loss terms at their step; final test scores once."""
+    def log_result(self, run_id: str, result: Mapping[str, Any], at_ms: int | None = None) -> None:
+        """Dev curve points and loss terms at their step; final test scores once. ``at_ms``:
+        when it happened (a journal's replay), so logging it again adds no metric row."""
         import time
 
         from mlflow.entities import Metric
 
         step = int(result.get("step", 0))
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if at_ms is None else int(at_ms)
         # 'loss/<term>@<step>': the term's mean over the steps up to that one (the array's
         # finer history); where a report has them, its mean since the last report is left out
         at = {k: (k.split("@")[0], int(k.split("@")[1])) for k in result if "@" in k

@@ -9,7 +9,13 @@ replays the journal once the server is back:
 
 Runs started while offline get a placeholder handle (``pending:<trial key>``) that the replay
 maps to a real child run, reusing one left unfinished for the same trial, so replaying never
-duplicates a run.
+duplicates a run. Every entry has an identity and the store records the entries applied
+(:mod:`orchestrator.tracking.replay`), so syncing a journal twice uploads nothing the second time.
+
+While the table runs, the journal asks the store again with back-off (``$MMEMB_JOURNAL_RETRY_S``
+first, doubling up to :data:`RETRY_MAX_S`) and uploads what it holds as soon as the store
+answers: a lock released or a server back mid-table leaves nothing to do by hand. The table's end
+tries once more (:meth:`Journal.finish`) before it says what is left.
 
 The journal's folder can fail too (a full disk holds the store, the checkpoints and the journal
 alike): the journal then moves, with what it holds, to the first writable fallback folder
@@ -24,14 +30,40 @@ import json
 import os
 import sys
 import tempfile
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from orchestrator.tracking.client import Tracker
+from orchestrator.tracking.replay import PENDING, Replayer, cause, identify, quiet_mlflow, upload
 
-PENDING = "pending:"
 FALLBACK_ENV = "MMEMB_JOURNAL_DIR"
+RETRY_ENV = "MMEMB_JOURNAL_RETRY_S"
+RETRY_S = 10.0
+"""the first wait before the journal asks a store that failed again; each failure doubles it"""
+RETRY_MAX_S = 300.0
+
+__all__ = ["PENDING", "Journal", "entries", "parents", "retire", "upload"]
+
+
+def retry_s() -> float:
+    """``$MMEMB_JOURNAL_RETRY_S``, or :data:`RETRY_S`."""
+    import math
+
+    raw = os.environ.get(RETRY_ENV, "").strip()
+    if not raw:
+        return RETRY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"${RETRY_ENV}={raw!r} must be a number of seconds >= 0 (how long the "
+                         f"journal waits before it asks a store that failed again); unset it for "
+                         f"{RETRY_S:g} s")
+    return value
 
 
 def fallback_dirs() -> list[Path]:
@@ -41,9 +73,23 @@ def fallback_dirs() -> list[Path]:
             Path(tempfile.gettempdir()) / "mmemb-journals"]
 
 
+def retire(path: Path) -> Path:
+    """A journal whose entries are all in the store becomes ``<name>.uploaded``, the record of
+    what was uploaded (added to the record an earlier table of the same plan left)."""
+    done = path.with_suffix(".uploaded")
+    if done.exists():
+        with done.open("a") as f:
+            f.write(path.read_text())
+        path.unlink()
+    else:
+        path.rename(done)
+    return done
+
+
 class Journal:
     def __init__(self, tracker: Tracker, path: Path, parent: str | None = None,
-                 fallbacks: Sequence[Path] | None = None):
+                 fallbacks: Sequence[Path] | None = None, retry: float | None = None,
+                 clock=time.monotonic):
         self.tracker, self.path, self.parent = tracker, path, parent
         self.fallbacks = list(fallback_dirs() if fallbacks is None else fallbacks)
         self.offline = False
@@ -56,6 +102,22 @@ class Journal:
         self.refused_files: list[str] = []
         """why the store refused to keep files (its artifact folder not writable) while it
         still answered: those writes wait in the journal, the others go on"""
+        self.writer = uuid.uuid4().hex[:16]
+        """this journal's part of its entries' identities (orchestrator.tracking.replay)"""
+        self.seq = 0
+        self.held: list[dict] = []
+        """entries kept and not yet in the store, in order"""
+        self.replayer = Replayer(tracker, parent)
+        self.cause = ""
+        """what the store did last time it failed: locked by whom, or not answering"""
+        self.uploaded_late = 0
+        """entries this journal uploaded itself once the store answered again"""
+        self.retired: Path | None = None
+        """where the journal went once all of it was uploaded (``.uploaded``)"""
+        self.first_retry = retry_s() if retry is None else retry
+        self.backoff = self.first_retry
+        self.clock = clock
+        self.retry_at = clock() + self.first_retry
 
     # --- writes -----------------------------------------------------------------------------
     def start_child(self, parent_id: str, plan: Mapping[str, Any],
@@ -64,43 +126,95 @@ class Journal:
             return (self.tracker.reopen_child(reuse) if reuse
                     else self.tracker.start_child(parent_id, plan))
 
-        got = self._try(do)
+        got = None if self.offline else self._try(do)
         if got is not None:
             return got
         self._keep({"op": "start_child", "parent": parent_id, "plan": dict(plan),
                     "reuse": reuse})
-        return PENDING + plan["key"]
+        self._retry()
+        return self.replayer.handles.get(PENDING + plan["key"], PENDING + plan["key"])
 
     def log_result(self, handle: str, result: Mapping[str, Any]) -> None:
         slim = {k: v for k, v in result.items() if isinstance(v, int | float | str)}
-        self._write(handle, "log_result", lambda: self.tracker.log_result(handle, slim),
-                    {"result": slim})
+        # the time it happened travels with it: a replay logs the same metric rows, never twice
+        self.write("log_result", handle, {"result": slim, "at": int(time.time() * 1000)})
 
     def set_tag(self, handle: str, key: str, value: str) -> None:
-        self._write(handle, "set_tag", lambda: self.tracker.client.set_tag(handle, key, value),
-                    {"key": key, "value": value})
+        self.write("set_tag", handle, {"key": key, "value": value})
 
     def log_model(self, handle: str, folder: str) -> bool:
         """Upload a member's MLflow model folder; False when it had to wait in the journal."""
-        done = not handle.startswith(PENDING) and \
-            self._try(lambda: self.tracker.log_model_dir(handle, folder)) is not None
-        if not done:
-            self._keep({"op": "log_model", "handle": handle, "folder": folder})
-        return done
+        return self.write("log_model", handle, {"folder": folder})
 
     def end(self, handle: str, status: str) -> None:
-        self._write(handle, "end", lambda: self.tracker.end(handle, status), {"status": status})
+        self.write("end", handle, {"status": status})
+
+    def write(self, op: str, handle: str, payload: Mapping[str, Any]) -> bool:
+        """Write one entry to the store, or keep it; True when the store took it now."""
+        handle = self.replayer.handles.get(handle, handle)  # a pending run uploaded since
+        entry = {"op": op, "handle": handle, **payload}
+        if not self.offline and not handle.startswith(PENDING) and \
+                self._try(lambda: self.replayer.do(entry, str(self.path))) is not None:
+            return True
+        self._keep(entry)
+        self._retry()
+        return False
+
+    # --- the store again --------------------------------------------------------------------
+    def _retry(self) -> None:
+        """Offline, once the back-off has passed: upload what is kept; back online if it all went."""
+        if not self.offline or self.clock() < self.retry_at:
+            return
+        if self._drain() is None:
+            print(f"note: MLflow answers again; what was kept in {self.path} meanwhile is "
+                  f"uploaded ({self.uploaded_late} entries so far)", file=sys.stderr, flush=True)
+
+    def _drain(self) -> BaseException | None:
+        """Upload the kept entries in order; the error that stopped it, or None when all went."""
+        try:
+            with quiet_mlflow():
+                self.replayer.learn(self.held)
+            while self.held:
+                self.replayer.apply(self.held[0], str(self.path))
+                self.held.pop(0)
+                self.uploaded_late += 1
+        except Exception as e:  # still down (or locked): ask again later, less often
+            self.cause = cause(e, self.tracker.uri)
+            self.failures.append(" ".join(f"{type(e).__name__}: {e}".split())[:300])
+            self.retry_at = self.clock() + self.backoff
+            self.backoff = min(2 * self.backoff, RETRY_MAX_S)
+            if isinstance(e, PermissionError):
+                self.refused_files.append(str(e)[:300])
+            return e
+        self.offline = False
+        self.backoff = self.first_retry
+        return None
+
+    def finish(self, wait_s: float) -> bool:
+        """The table's end: upload what is kept, asking the store with back-off for up to
+        ``wait_s`` seconds; True when nothing is left to upload (the journal is then retired to
+        ``.uploaded``)."""
+        deadline, pause = self.clock() + wait_s, 1.0
+        while self.held and (err := self._drain()) is not None:
+            if isinstance(err, PermissionError):
+                return False  # the store answers but keeps no files: waiting changes nothing
+            if self.clock() + pause > deadline:
+                return False
+            time.sleep(pause)
+            pause *= 2
+        self.refused_files = []
+        if self.path.is_file():
+            with contextlib.suppress(OSError):
+                self.retired = retire(self.path)
+        return True
 
     # --- internals --------------------------------------------------------------------------
-    def _write(self, handle: str, op: str, call, payload: dict) -> None:
-        if handle.startswith(PENDING) or self._try(call) is None:
-            self._keep({"op": op, "handle": handle, **payload})
-
     def _try(self, call):
         if self.offline:
             return None
         try:
-            out = call()
+            with quiet_mlflow():
+                out = call()
             return True if out is None else out
         except PermissionError as e:  # the store answers; its artifact folder refuses files
             why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -111,20 +225,19 @@ class Journal:
             self.refused_files.append(why)
             return None
         except Exception as e:  # any tracking failure: keep the write, never lose the result
-            from orchestrator.tracking.client import busy_line
-
             self.offline = True
-            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-            busy = busy_line(e)  # a sqlite store another process keeps locked: say which
-            self.failures.append(why)
-            print(f"warning: MLflow write failed ({busy or why[:200]}); keeping results in "
-                  f"{self.path}", file=sys.stderr, flush=True)
+            self.cause = cause(e, self.tracker.uri)
+            self.failures.append(" ".join(f"{type(e).__name__}: {e}".split())[:300])
+            self.retry_at = self.clock() + self.backoff
+            print(f"warning: MLflow write failed: {self.cause}; keeping results in {self.path}, "
+                  f"uploaded as soon as the store answers (asked again in {self.backoff:g} s, "
+                  "then less often)", file=sys.stderr, flush=True)
             return None
 
     def _keep(self, entry: dict) -> None:
         if not self.kept and not self.unwritten and self.parent:  # names the table, for sync
-            self.unwritten.append(json.dumps({"op": "parent", "parent": self.parent}) + "\n")
-        self.unwritten.append(json.dumps(entry) + "\n")
+            self._hold({"op": "parent", "parent": self.parent})
+        self._hold(entry)
         while self.unwritten:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +251,12 @@ class Journal:
                 continue
             self.kept += len(self.unwritten)
             self.unwritten = []
+
+    def _hold(self, entry: dict) -> None:
+        self.seq += 1
+        entry = {"id": f"{self.writer}:{self.seq}", **entry}
+        self.held.append(entry)
+        self.unwritten.append(json.dumps(entry) + "\n")
 
     def _move(self, error: OSError) -> bool:
         """The journal's folder failed: carry what it holds to the next fallback folder."""
@@ -201,13 +320,21 @@ def entries(journal: Path, say=None) -> list[dict]:
                              "in the middle, so nothing was uploaded: restore it, or cut that "
                              "line out to upload the rest") from None
         need = FIELDS.get(e.get("op")) if isinstance(e, dict) else None
-        if need is None or any(k not in e for k in need) or \
+        if need is None or any(k not in e for k in need) or not _identity(e) or \
                 (e["op"] == "start_child" and not isinstance(e["plan"], dict)):
             raise ValueError(f"journal {journal} line {i} is not a journal entry (got "
                              f"{line[:80]!r}); nothing was uploaded. Pass the "
                              "mlflow-journal-*.jsonl file the table printed")
         out.append(e)
-    return out
+    return identify(out)
+
+
+def _identity(e: dict) -> bool:
+    """An entry's ``id`` (where it has one) is ``<writer>:<place>``."""
+    if "id" not in e:
+        return True
+    writer, _, seq = str(e["id"]).rpartition(":")
+    return bool(writer) and seq.isdigit()
 
 
 def _say(line: str) -> None:
@@ -231,30 +358,3 @@ def parents(journal: Path, tracker: Tracker | None = None, quiet: bool = False) 
             if p not in out:
                 out.append(p)
     return out
-
-
-def replay(journal: Path, tracker: Tracker) -> int:
-    """Apply a journal to MLflow in order; returns the number of entries applied."""
-    handles: dict[str, str] = {}
-    todo = entries(journal, say=lambda _line: None)  # parents() has said what was cut
-    for e in todo:
-        if e["op"] == "parent":
-            continue
-        if e["op"] == "start_child":
-            plan = e["plan"]
-            old = e.get("reuse") or tracker.unfinished_runs(e["parent"]).get(plan["key"])
-            run = tracker.reopen_child(old) if old else tracker.start_child(e["parent"], plan)
-            handles[PENDING + plan["key"]] = run
-            continue
-        run = handles.get(e["handle"], e["handle"])
-        if run.startswith(PENDING):
-            raise ValueError(f"journal {journal}: {e['op']} for {run} before its run started")
-        if e["op"] == "log_result":
-            tracker.log_result(run, e["result"])
-        elif e["op"] == "log_model":
-            tracker.log_model_dir(run, e["folder"])
-        elif e["op"] == "set_tag":
-            tracker.client.set_tag(run, e["key"], e["value"])
-        elif e["op"] == "end":
-            tracker.end(run, e["status"])
-    return len(todo)

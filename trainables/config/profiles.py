@@ -143,10 +143,31 @@ def profile_layers(profile: str | None, seen: tuple[Path, ...] = ()
             raise ValueError(f"config file {path}: base: {base} leads back to this file; "
                              "profiles cannot be each other's base")
     base_name, values, _ = profile_layers(base, (*seen, path.resolve()))
+    _check_demo_data(path, base_name, {**values, **own}, own)
     origins = dict.fromkeys(values, f"profile {name} (base {base_name})")
     values.update(own)
     origins.update(dict.fromkeys(own, f"profile {name}"))
     return name, values, origins
+
+
+DEMO_DATA = ("data.text", "data.pairs")
+"""data the demo corpus replaces: a profile on the demo that names its own would never read it"""
+
+
+def _check_demo_data(path: Path, base: str, values: Mapping[str, Any],
+                     own: Mapping[str, Any]) -> None:
+    """A profile that names its own corpus or store on the demo (``data.demo`` true, from its
+    base) is refused: the demo trains on its generated corpus and would never read that file,
+    while ``--explain`` listed it as used."""
+    if not values.get("data.demo"):
+        return
+    named = [k for k in DEMO_DATA if own.get(k) is not None]
+    if named:
+        said = ", ".join(f"{k}: {own[k]}" for k in named)
+        raise ValueError(f"config file {path}: {said} would not be read: base: {base} trains on "
+                         "the generated demo corpus (data.demo is true); to train on your "
+                         "data, add data.demo: false to that file (or start it with base: "
+                         f"paper), or remove {' and '.join(named)}")
 
 
 def recipe(method: str, demo: bool) -> dict[str, Any]:

@@ -426,7 +426,20 @@ def _coerce(value: Any, tp: Any, full: str) -> Any:
         return value
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
         return _from_mapping(tp, value, full)
+    if dataclasses.is_dataclass(tp):  # a group named as if it were one value
+        raise ValueError(_group_given_a_value(tp, value, full))
     raise ValueError(f"setting {full!r} expects {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def _group_given_a_value(tp: Any, value: Any, full: str) -> str:
+    """``objective: kdmcse`` (meant ``objective.method: kdmcse``): say what to write, not the
+    name of the class behind the group."""
+    if issubclass(tp, Settings):
+        return (f"setting {full!r} is the method's group of settings, not one value (got "
+                f"{value!r}); to choose the method write {full}.method: {value}")
+    names = [f.name for f in dataclasses.fields(tp)]
+    return (f"setting {full!r} is a group of settings, not one value (got {value!r}); set one "
+            f"of them, as {full}.{names[0]}: ... (its settings: {', '.join(names)})")
 
 
 def _from_mapping(tp: Any, value: Mapping[str, Any], full: str) -> Any:

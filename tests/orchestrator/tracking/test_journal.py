@@ -109,6 +109,7 @@ def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, 
     assert box.log_model(b, str(pending)) is False  # its run does not exist yet
     box.end(b, "FINISHED")
     entries = [json.loads(line) for line in box.path.read_text().splitlines()]
+    assert [e.pop("id").split(":")[1] for e in entries] == ["1", "2", "3", "4"]
     assert [e["op"] for e in entries] == ["log_model", "start_child", "log_model", "end"]
     assert entries[0] == {"op": "log_model", "handle": a, "folder": str(late)}
     assert entries[2] == {"op": "log_model", "handle": PENDING + "B/seed-0", "folder": str(pending)}
