@@ -41,7 +41,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("MMEMB_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setattr(fetch, "ENDPOINT", "http://127.0.0.1:9")  # never the real hub
+    monkeypatch.setattr(fetch.places, "ENDPOINT", "http://127.0.0.1:9")  # never the real hub
     return tmp_path
 
 

@@ -1,7 +1,7 @@
 """What the paper profile reads under ``$MMEMB_DATA``: one table of file names.
 
 The paper profile (``profiles.paper_profile``), the grids (``search_spaces/_common.py``), the
-fetch's instructions (``trainables/fetch.py``), the converters' default ``--out``
+fetch's instructions (``trainables/fetch/catalog.py``), the converters' default ``--out``
 (``trainables/data/converters.py``) and the README's data section take their names from here, so
 they cannot disagree; ``tests/test_data_names.py`` checks that every store a grid reads on the
 paper profile is made by an instruction the fetch prints, and that the README names these files.
