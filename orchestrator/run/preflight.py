@@ -80,7 +80,8 @@ def check_storage(storage: str) -> str:
 
 
 def check_models(members: Sequence[RunPlan]) -> str:
-    """Every encoder and text teacher a member loads is a model folder or a cached hub name."""
+    """Every encoder and text teacher a member loads is a cached hub name or a model folder with
+    its weights (and the fetch's recorded sizes, where it wrote the folder)."""
     from trainables.models.pretrained import resolve_encoder
     from trainables.models.student import loadable_source
 
@@ -92,9 +93,15 @@ def check_models(members: Sequence[RunPlan]) -> str:
                 names.setdefault(t, (f"cell {m.cell!r}: text teacher", m.run.data.cache_dir))
     for name, (what, cache) in names.items():
         try:
-            loadable_source(resolve_encoder(name, cache))
+            source = loadable_source(resolve_encoder(name, cache))
         except (OSError, ValueError) as e:
             raise ValueError(f"{what} {e}") from None
+        if Path(source).is_dir():  # a config alone loads; the run would fail on the weights
+            from trainables.fetch.folders import incomplete
+
+            why = incomplete(Path(source))
+            if why:
+                raise ValueError(f"{what} {why}")
     return f"models: {len(names)} encoder/teacher folder(s) found"
 
 
