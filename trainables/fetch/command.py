@@ -71,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         skipped = tuple(i.name for i in items if i.name not in args.only)
         items = tuple(i for i in items if i.name in args.only)
         manual = tuple(m for m in manual if m.name in args.only)
-    root, cache = data_root(args.data), hub_cache()
     say = print
     try:
+        try:
+            root, cache = data_root(args.data), hub_cache()
+        except ValueError as err:  # $MMEMB_DATA a link that loops
+            raise Refused(str(err)) from None
         targets_are_folders(root, cache)
         if args.dry_run:
             say(f"fetch {args.target} --dry-run: $MMEMB_DATA={root}, Hugging Face cache "

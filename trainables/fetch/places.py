@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from trainables.config import data_folder
 from trainables.fetch.catalog import Item
 
 ENDPOINT = "https://huggingface.co"
 
 
 def data_root(given: str | None = None) -> Path:
-    return Path(given or os.environ.get("MMEMB_DATA") or "data").expanduser().resolve()
+    """``--data``, else ``$MMEMB_DATA``, else ``./data``; a link loop is one line (ValueError)."""
+    return data_folder.data_root(given, "--data" if given else "MMEMB_DATA")
 
 
 def hub_cache() -> Path:
