@@ -114,7 +114,7 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
     root = data_root()
     missing: dict[str, None] = {}
     encoders: dict[str, None] = {}
-    fetchable = {i.cache_name for i in PAPER if i.cache_name}
+    fetchable = {i.cache_name: i.name for i in PAPER if i.cache_name}
     for m in members:
         cfg = m.run
         if cfg.data.demo:
@@ -131,16 +131,20 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
 
             if not isinstance(try_to_load_from_cache(cfg.encoder, "config.json",
                                                      cache_dir=str(hub_cache())), str):
-                encoders[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
+                encoders[f"the encoder {cfg.encoder} (Hugging Face cache) (python -m "
+                         f"trainables.fetch paper --only {fetchable[cfg.encoder]})"] = None
     from trainables.models.student import _hub_offline
 
     if missing or _hub_offline():  # online, a lone uncached encoder is downloaded on first use
         missing.update(encoders)
     if missing:
+        from trainables.fetch.catalog import how_to_make
+
+        made = [f"{m} ({how_to_make(m)})" if how_to_make(m) else m for m in missing]
         raise ValueError(f"$MMEMB_DATA={root} lacks what these runs read: run python -m "
                          "trainables.fetch paper (it downloads what it can and says how to bring "
                          "the rest), or set MMEMB_DATA to the folder holding them; missing: "
-                         f"{', '.join(missing)}")
+                         f"{'; '.join(made)}")
 
 
 def check_encoders(members: Sequence[RunPlan]) -> list[str]:

@@ -169,3 +169,19 @@ def _manual() -> tuple[Manual, ...]:
 
 MANUAL: tuple[Manual, ...] = _manual()
 TARGETS = {"paper": (PAPER, MANUAL)}
+
+
+def how_to_make(rel: str) -> str | None:
+    """What makes ``rel`` (a name under $MMEMB_DATA, as a refusal lists it): the fetch of its
+    item, or the command of the first instruction that makes it (where its files come from:
+    that instruction, shown by the fetch); None for a name nothing here makes."""
+    for item in PAPER:
+        names = (*item.files,) if item.folder == "." else (item.folder, item.link)
+        if rel in filter(None, names):
+            return f"python -m trainables.fetch paper --only {item.name}"
+    for m in MANUAL:
+        if m.made in (rel, f"{rel}/config.json"):
+            shown = f"python -m trainables.fetch paper --only {m.name}"
+            return (f"{m.command}, from the files {shown} says where to get" if m.command
+                    else f"bring it as {shown} says")
+    return None

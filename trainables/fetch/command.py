@@ -42,7 +42,13 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m trainables.fetch",
         description="Download what a profile reads into $MMEMB_DATA and the Hugging Face cache, "
                     "each file checked by size and hash; resumable; a second run checks and "
-                    "downloads nothing; says how to bring what no script may download.")
+                    "downloads nothing; says how to bring what no script may download.",
+        epilog="environment: MMEMB_DATA, the data folder (default ./data); HF_HUB_CACHE, the "
+               "Hugging Face cache the students and CLIP go to; HF_ENDPOINT, the hub to fetch "
+               "from: point it at a mirror of huggingface.co to fetch through the mirror "
+               "(HF_ENDPOINT=https://mirror.example python -m trainables.fetch paper), every "
+               "file still checked against the hash the mirror lists; HF_TOKEN, for a gated "
+               "repository.")
     p.add_argument("target", choices=sorted(TARGETS), help="the profile whose data to fetch")
     p.add_argument("--data", default=None,
                    help="the data folder (default: $MMEMB_DATA, else ./data)")
@@ -149,7 +155,9 @@ def _fetch(args: argparse.Namespace, items: tuple[Item, ...], manual: tuple[Manu
                     done[state].append(item.name)
                     say(f"  {item.name}: {state} ({item.what})")
         except Stopped:
-            _summary(done, skipped, manual, root, say)
+            said = {n for names in done.values() for n in names}
+            untried = [item.name for item, _ in plans if item.name not in said]
+            _summary(done, skipped, manual, root, say, untried)
             raise
     say_manual(manual, root, say)
     _summary(done, skipped, manual, root, say)
@@ -161,13 +169,17 @@ def _fetch(args: argparse.Namespace, items: tuple[Item, ...], manual: tuple[Manu
 
 
 def _summary(done: dict[str, list[str]], skipped: tuple[str, ...], manual: tuple[Manual, ...],
-             root: Path, say: Callable[[str], None]) -> None:
+             root: Path, say: Callable[[str], None], untried: Iterable[str] = ()) -> None:
+    """One line: fetched, checked, skipped, failed, and (a run stopped by the disk) the items
+    never tried, which the next run fetches."""
     def part(word: str, names: Iterable[str], why: str = "") -> str:
         names = list(names)
         return f"{word} {len(names)}" + (f" ({', '.join(names)}{why})" if names else "")
 
     line = ", ".join((part("fetched", done["fetched"]), part("checked", done["checked"]),
-                      part("skipped", skipped, ": not in --only"), part("failed", done["failed"])))
+                      part("skipped", skipped, ": not in --only"), part("failed", done["failed"]),
+                      *([part("not tried", untried, ": the run stopped before them; the same "
+                              "command fetches them")] if untried else [])))
     stores = [m for m in manual if m.made and m.role.startswith("required")]
     missing = [m.made for m in stores if not is_made(m, root)]
     hand = (f"; by hand: {len(stores) - len(missing)} of {len(stores)} required present"

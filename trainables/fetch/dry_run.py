@@ -11,7 +11,7 @@ from trainables.fetch.catalog import Item, Manual
 from trainables.fetch.errors import size_text
 from trainables.fetch.manifest import Manifest, recorded
 from trainables.fetch.places import cache_repo, endpoint, hub_cache
-from trainables.fetch.refusals import existing, unwritable, writable_for
+from trainables.fetch.refusals import existing, room_estimate, unwritable, writable_for
 
 
 def is_made(m: Manual, root: Path) -> bool | None:
@@ -64,6 +64,7 @@ def dry_run(items: tuple[Item, ...], manual: tuple[Manual, ...], root: Path, man
         free = shutil.disk_usage(existing(path)).free
         say(f"{what} {path}: {f'not writable ({why})' if why else 'writable'}, {size_text(free)} free")
     writable_for(pending, root, hub_cache())  # what the fetch would refuse, refused here too
+    room_estimate(pending, root, hub_cache())
     return 0
 
 

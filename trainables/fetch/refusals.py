@@ -98,3 +98,22 @@ def room(plans: list[tuple[Item, tuple[str, list[Remote]]]], root: Path) -> None
             raise Refused(f"{size_text(n)} needed on the disk of {folder} ({', '.join(what)}) but it "
                           f"has {size_text(free)} free; free some space, or point MMEMB_DATA / "
                           "HF_HUB_CACHE at a larger disk, and run again")
+
+
+def room_estimate(pending: Iterable[Item], root: Path, cache: Path) -> None:
+    """The dry run's ``room``, from the sizes the hub listed when the catalogue was written
+    (it reads no network): refuse, as the fetch would, a disk with less free than the items still
+    to fetch take there (an archive counted with its unpacked copy)."""
+    need: dict[int, list] = {}
+    for item in pending:
+        folder = existing(cache if item.cache_name else root)
+        row = need.setdefault(os.stat(folder).st_dev, [folder, 0, []])
+        row[1] += item.approx * (2 if item.unpack else 1)
+        row[2].append(item.name)
+    for folder, n, names in need.values():
+        free = shutil.disk_usage(folder).free
+        if free < n:
+            raise Refused(f"the fetch would be refused: about {size_text(n)} needed on the disk "
+                          f"of {folder} ({', '.join(names)}) but it has {size_text(free)} free; "
+                          "free some space, or point MMEMB_DATA / HF_HUB_CACHE at a larger disk, "
+                          "and run again")
