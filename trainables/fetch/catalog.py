@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from trainables.config.stores import (
     MCSE_COCO_FILES,
+    RESNET_COLUMN,
+    RESNET_MODEL,
     SENTEVAL_DIR,
     STORES,
     TEACHER_DIRS,
@@ -56,6 +58,8 @@ class Manual:
     """what it makes under $MMEMB_DATA (a store, a model folder): present or missing"""
     role: str = ""
     """who reads it ('required: ...'), or that it is an alternative or read by no shipped grid"""
+    column: str | None = None
+    """the column it adds to the store ``made`` (present when the store has it)"""
 
 
 SIMCSE_DATA = "princeton-nlp/datasets-for-simcse"
@@ -78,6 +82,8 @@ PAPER: tuple[Item, ...] = (
          folder=f"{TEACHERS_DIR}/{TEACHER_DIRS['simcse']}", approx=440_000_000),
     Item("diffcse", "DALR's DiffCSE text teacher", "voidism/diffcse-bert-base-uncased-sts",
          folder=f"{TEACHERS_DIR}/{TEACHER_DIRS['diffcse']}", approx=1_250_000_000),
+    Item("resnet-50", "ResNet-50 (trainables.extract --column resnet: DALR Table 9's ResNet "
+         "cells)", RESNET_MODEL, cache_name=RESNET_MODEL, approx=103_000_000),
     Item("clip", "CLIP ViT-L/14 (trainables.extract; DALR's CLIP text teacher)",
          "openai/clip-vit-large-patch14", cache_name="openai/clip-vit-large-patch14",
          link=f"{TEACHERS_DIR}/{TEACHER_DIRS['clip']}", approx=1_710_000_000),
@@ -106,6 +112,7 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "coco": ("kdmcse_table1_coco", "kdmcse_table1_roberta_coco", "kdmcse_table5_coco",
              "dalr_table8"),
     "rankcse": ("dalr_table9", "dalr_search"),
+    "flickr30k-resnet": ("dalr_table9",),
 }
 """the grids and searches whose runs read each by-hand store (or teacher) on the paper profile,
 as the instructions say it; tests/test_data_names.py builds their configs and checks it"""
@@ -141,6 +148,14 @@ def _manual() -> tuple[Manual, ...]:
                "shannon.cs.illinois.edu/DenotationGraph (their terms forbid redistribution)",
                f"{D}/{flickr.extract[1]}/ and {D}/{flickr.extract[0]} (columns image,caption)",
                _extract(flickr), flickr.file, "or, instead of flickr30k-clip"),
+        Manual("flickr30k-resnet", f"a '{RESNET_COLUMN}' column of ResNet-50 features added to "
+               f"{flickr.file} (its rows' images, each embedded once)",
+               "the Flickr30k images (as for flickr30k-images), on request from "
+               "shannon.cs.illinois.edu/DenotationGraph",
+               f"{D}/{flickr.extract[1]}/ (the files the store's image ids name)",
+               f"python -m trainables.extract --images {D}/{flickr.extract[1]} --model "
+               f"{RESNET_MODEL} --column {RESNET_COLUMN} --out {D}/{flickr.file}", flickr.file,
+               _required("flickr30k-resnet", "the ResNet cells"), column=RESNET_COLUMN),
         Manual("mcse-resnet", "MCSE's Flickr30k: one random caption per training image and its "
                "ResNet-50 features", f"{' and '.join(mcse.source_files())}, linked from {MCSE}",
                _at(mcse.source_files()), command(mcse), mcse.file,

@@ -181,7 +181,8 @@ def _summary(done: dict[str, list[str]], skipped: tuple[str, ...], manual: tuple
                       *([part("not tried", untried, ": the run stopped before them; the same "
                               "command fetches them")] if untried else [])))
     stores = [m for m in manual if m.made and m.role.startswith("required")]
-    missing = [m.made for m in stores if not is_made(m, root)]
+    missing = [f"{m.made} column {m.column}" if m.column else m.made
+               for m in stores if not is_made(m, root)]
     hand = (f"; by hand: {len(stores) - len(missing)} of {len(stores)} required present"
             + (f" (missing: {', '.join(missing)}; see the instructions above)" if missing else "")
             if stores else "")

@@ -15,7 +15,18 @@ from trainables.fetch.refusals import existing, room_estimate, unwritable, writa
 
 
 def is_made(m: Manual, root: Path) -> bool | None:
-    return None if m.made is None else (root / m.made).exists()
+    """None: it makes nothing to look for; else whether what it makes is there (a column: in
+    the store's schema)."""
+    if m.made is None:
+        return None
+    if m.column is None or not (root / m.made).is_file():
+        return (root / m.made).exists()
+    import pyarrow.parquet as pq
+
+    try:
+        return m.column in pq.read_schema(root / m.made).names
+    except Exception:  # noqa: BLE001 - an unreadable store has no column; its checks say why
+        return False
 
 
 def dry_run(items: tuple[Item, ...], manual: tuple[Manual, ...], root: Path, man: Manifest,
@@ -74,7 +85,8 @@ def say_manual(manual: tuple[Manual, ...], root: Path, say: Callable[[str], None
     say("by hand (no scripted download allowed):")
     for m in manual:
         made = is_made(m, root)
-        state = "" if made is None else (f"present: {m.made}" if made else f"missing: {m.made}")
+        what = f"{m.made} column {m.column}" if m.column else m.made
+        state = "" if made is None else (f"present: {what}" if made else f"missing: {what}")
         tags = "; ".join(filter(None, (state, m.role)))
         put = f"; put it at {m.put}" if m.put else ""
         then = f"; then: {m.command}" if m.command else ""
