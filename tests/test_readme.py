@@ -401,7 +401,7 @@ def fetch_dry_run(h: Home) -> None:
                env=_fetch_env(h, "http://127.0.0.1:9", "fresh"))  # nothing listens: no network
     assert re.search(r"^  wiki1m_for_simcse.txt  about 121.0 MB  sha256", out, re.M), out
     assert "senteval.tar  about 90.0 MB  sha256" in out, out
-    assert "to fetch: 7 of 7 item(s)" in out and ": writable, " in out, out
+    assert "to fetch: 8 of 8 item(s)" in out and ": writable, " in out, out
 
 
 def fetch_paper(h: Home) -> None:
@@ -417,7 +417,7 @@ def fetch_paper(h: Home) -> None:
                      env=_fetch_env(h, url))
     assert "  wiki1m: fetched" in out and "  clip: fetched" in out, out
     assert "  wiki1m: checked" in again and not re.search(r"^  \S+: fetched", again, re.M), again
-    assert "summary: fetched 7 (" in out and "summary: fetched 0, checked 7 (" in again, again
+    assert "summary: fetched 8 (" in out and "summary: fetched 0, checked 8 (" in again, again
     assert (h.path / "fetched" / "senteval" / "downstream" / "STS" / "STSBenchmark").is_dir()
     assert "python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json" in out
     assert "--out $MMEMB_DATA/flickr30k_mcse_resnet50.parquet" in out  # what MCSE's cells read

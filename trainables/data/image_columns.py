@@ -78,6 +78,7 @@ def add_image_column(out: Path, images: Path, model: str, column: str = "resnet"
         dim = schema.field(column).type.list_size
         return Added(Path(out), column, 0, dim, done_before=True)
     ids = [str(x) for x in pq.read_table(out, columns=["image_id"]).column("image_id").to_pylist()]
+    check_model(model)
     files = image_files(ids, Path(images))
     encoder = _Encoder(model)
     feats = encoder.embed(list(files.values()), batch_size, progress)
@@ -88,24 +89,30 @@ def add_image_column(out: Path, images: Path, model: str, column: str = "resnet"
     return Added(Path(out), column, len(files), encoder.dim)
 
 
+def check_model(model: str) -> None:
+    """An image encoder's configuration that loads, not CLIP's; one line otherwise."""
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot load {model!r} ({str(exc).splitlines()[0]}); pass a local "
+                         "model folder or a cached hub name (python -m trainables.fetch "
+                         "paper --only resnet-50 caches microsoft/resnet-50)") from None
+    if cfg.model_type == "clip":
+        raise StoreError(f"{model!r} is CLIP: a CLIP store is made without --column (python -m "
+                         "trainables.extract --pairs ... --model ...); --column adds an "
+                         "image-only encoder's feature, e.g. microsoft/resnet-50")
+
+
 class _Encoder:
     """A frozen image encoder whose output has a pooled feature (ResNet: ``pooler_output`` of
     shape (n, d, 1, 1)); on the GPU when there is one."""
 
     def __init__(self, model: str):
         import torch
-        from transformers import AutoConfig, AutoImageProcessor, AutoModel
+        from transformers import AutoImageProcessor, AutoModel
 
-        try:
-            cfg = AutoConfig.from_pretrained(model)
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"cannot load {model!r} ({str(exc).splitlines()[0]}); pass a local "
-                             "model folder or a cached hub name (python -m trainables.fetch "
-                             "paper --only resnet-50 caches microsoft/resnet-50)") from None
-        if cfg.model_type == "clip":
-            raise StoreError(f"{model!r} is CLIP: a CLIP store is made without --column (python -m "
-                             "trainables.extract --pairs ... --model ...); --column adds an "
-                             "image-only encoder's feature, e.g. microsoft/resnet-50")
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = AutoModel.from_pretrained(model).to(self.device).eval()
