@@ -55,7 +55,12 @@ def _hub(tmp: Path) -> Hub:
     """The paper's repositories, each a tiny random model of its kind (CLIP's projection the
     tiny BERT's 32, as ViT-L/14's 768 is BERT-base's)."""
     from trainables.data.demo_corpus import generate_demo
-    from trainables.testing import make_tiny_bert, make_tiny_clip, make_tiny_resnet, make_tiny_roberta
+    from trainables.testing import (
+        make_tiny_bert,
+        make_tiny_clip,
+        make_tiny_resnet,
+        make_tiny_roberta,
+    )
 
     models = {"bert-base-uncased": make_tiny_bert(tmp / "bert"),
               "roberta-base": make_tiny_roberta(tmp / "roberta"),

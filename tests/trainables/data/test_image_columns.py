@@ -78,3 +78,22 @@ def test_bad_input_is_one_line_and_the_store_is_untouched(tmp_path, tiny_resnet,
         assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, (argv, err)
         assert "Traceback" not in err
     assert store.read_bytes() == before
+
+
+def test_a_store_without_the_resnet_column_names_the_command_that_adds_it(tmp_path):
+    """What the paper dry run says for a ResNet cell of DALR Table 9 before the column exists."""
+    from trainables.config.run_config import RunConfig
+    from trainables.data.batches import load_data
+
+    store = _store(tmp_path)
+    (tmp_path / "text.txt").write_text("a sentence\nanother one\n")
+    (tmp_path / "senteval").mkdir()
+    cfg = RunConfig().with_overrides({
+        "objective.method": "mcse", "data.image_column": "resnet", "data.pairs": str(store),
+        "data.text": str(tmp_path / "text.txt"), "data.senteval": str(tmp_path / "senteval")})
+    with pytest.raises(ValueError) as err:
+        load_data(cfg)
+    line = str(err.value)
+    assert f"store {store} has no feature column 'resnet'" in line and \
+        f"--model microsoft/resnet-50 --column resnet --out {store}" in line and \
+        "--only flickr30k-resnet says where the images come from" in line, line
