@@ -153,8 +153,8 @@ def test_table9_dry_run_passes_for_all_ten_cells_on_data_the_fetch_and_its_comma
     out = table.stdout
     assert table.returncode == 0, out[-3000:] + table.stderr[-3000:]
     assert "dry run: everything checked, nothing started" in out, out[-3000:]
-    listed = [ln.split(" (seeds")[0].strip() for ln in out.splitlines()
-              if re.match(r"^\S.* \(seeds ", ln)]
-    assert sorted(set(listed)) == sorted(CELLS), listed
+    listed = {m.group(1) for m in re.finditer(r"^  (\S+)/seed-\d+ +dalr ", out, re.M)}
+    assert listed == {c.lower().replace("+", "-") for c in CELLS}, out[:4000]  # all ten cells
+    assert "resnet 24-d" in out and "cost: an ESTIMATE" in out, out[-4000:]
     assert "Traceback" not in table.stderr, table.stderr[-3000:]
-    print(out[-4000:])  # shown with -s: the dry run's end, as the issue asks to see it
+    print(out)  # shown with -s, as the issue asks to see it
