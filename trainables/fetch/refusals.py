@@ -77,9 +77,14 @@ def writable_for(items: Iterable[Item], root: Path, cache: Path) -> None:
 def room(plans: list[tuple[Item, tuple[str, list[Remote]]]], root: Path) -> None:
     """Refuse a disk without room for what is still to download, per disk: every file not yet on
     disk (less what a ``.part`` holds), and an archive's unpacked copy beside it."""
+    from trainables.fetch.install import model_folders
+
     need: dict[int, list] = {}
     for item, (commit, remotes) in plans:
+        final, staging = model_folders(item, root, commit)
         for r, _, _, stored_at in targets(item, root, commit, remotes):
+            if final is not None and item.cache_name is None and not stored_at.is_file():
+                stored_at = staging / stored_at.relative_to(final)  # a cut fetch's files wait there
             present = stored_at.is_file() and stored_at.stat().st_size == r.size
             part = stored_at.with_name(stored_at.name + ".part")
             have = part.stat().st_size if part.is_file() and not present else 0
