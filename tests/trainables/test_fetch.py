@@ -107,8 +107,8 @@ def test_full_fetch_lands_every_file_checked_and_a_second_run_downloads_nothing(
     # what cannot be scripted: one instruction each, with the command that makes the store
     assert ("python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json "
             "--out $MMEMB_DATA/flickr30k_clip_vitl14.parquet") in out
-    assert "by hand: 0 of 4 required present (missing: flickr30k_clip_vitl14.parquet, " \
-           "flickr30k_mcse_resnet50.parquet" in runs[1]
+    assert "by hand: 0 of 5 required present (missing: flickr30k_clip_vitl14.parquet, " \
+           "flickr30k_clip_vitl14.parquet column resnet, flickr30k_mcse_resnet50.parquet" in runs[1]
 
 
 def test_the_data_folder_and_its_cache_move_together(env, monkeypatch):
@@ -546,7 +546,7 @@ def test_dry_run_lists_every_file_with_size_checksum_and_source_without_a_networ
     out = capsys.readouterr().out
     wiki = hub.repos[("dataset", fetch.SIMCSE_DATA)]["wiki1m_for_simcse.txt"]
     assert f"sha256 {hashlib.sha256(wiki).hexdigest()}" in out  # exact, once verified
-    assert "wiki1m: Wiki1M" in out and "[present]" in out and "to fetch: 6 of 7" in out
+    assert "wiki1m: Wiki1M" in out and "[present]" in out and "to fetch: 7 of 8" in out
 
 
 def test_the_instructions_say_which_stores_are_required_and_whether_they_are_there(
