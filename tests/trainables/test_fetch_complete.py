@@ -57,6 +57,7 @@ def test_a_404_on_vocab_leaves_no_teacher_folder_and_the_next_run_completes_it(
     assert [p.name for p in (env / "data" / TEACHERS_DIR).iterdir()] == [TEACHER_DIRS["simcse"]]
 
 
+@pytest.mark.slow  # two fetch processes each, a real SIGINT: about 15 s under load
 @pytest.mark.parametrize(("item", "final"), [("simcse", SIMCSE), ("clip", CLIP)])
 def test_ctrl_c_during_the_weights_leaves_no_model_folder(env, item, final):
     """A real SIGINT to a fetch whose weights download is under way; CLIP's snapshot in the
