@@ -390,6 +390,32 @@ def extract(h: Home) -> None:
     _store_rows(out_store, 6)
 
 
+def extract_resnet(h: Home) -> None:
+    """The hub's ResNet-50 cannot be downloaded here: a tiny ResNet folder stands in for it; the
+    store is one the test writes over 3 images, 2 captions each."""
+    import numpy as np
+    from PIL import Image
+
+    from trainables.data.store import FeatureStore, StoreMetadata, write_store
+    from trainables.testing import make_tiny_resnet
+
+    resnet = make_tiny_resnet(h.path / "tiny-resnet", dim=12)
+    images = h.path / "flickr30k-images"
+    images.mkdir(exist_ok=True)
+    rng = np.random.default_rng(1)
+    ids = [f"r{k}.png" for k in range(3) for _ in range(2)]
+    for name in dict.fromkeys(ids):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(images / name)
+    feats = rng.standard_normal((len(ids), 8)).astype(np.float32)
+    store = write_store(h.path / "with_resnet.parquet", [f"caption {i}" for i in range(len(ids))],
+                        ids, {"image": feats, "clip_text": feats},
+                        StoreMetadata("clip", 8, "clip", 8, normalized=False))
+    out = h.sh(f"python -m trainables.extract --images flickr30k-images/ --model {resnet} "
+               f"--column resnet --out {store} --no-progress", profile=None)
+    assert "added column resnet (12-d, 3 images)" in out, out
+    assert FeatureStore(store, cache_dir=h.path / "cache").dim("resnet") == 12
+
+
 def _fetch_env(h: Home, endpoint: str, data: str = "fetched") -> dict[str, str]:
     """The fetch's folders in this home; the hub at ``endpoint`` (the stand-in, or nothing)."""
     return {"MMEMB_DATA": str(h.path / data), "HF_HUB_CACHE": str(h.path / f"{data}-hf"),
@@ -401,7 +427,7 @@ def fetch_dry_run(h: Home) -> None:
                env=_fetch_env(h, "http://127.0.0.1:9", "fresh"))  # nothing listens: no network
     assert re.search(r"^  wiki1m_for_simcse.txt  about 121.0 MB  sha256", out, re.M), out
     assert "senteval.tar  about 90.0 MB  sha256" in out, out
-    assert "to fetch: 7 of 7 item(s)" in out and ": writable, " in out, out
+    assert "to fetch: 8 of 8 item(s)" in out and ": writable, " in out, out
 
 
 def fetch_paper(h: Home) -> None:
@@ -417,7 +443,7 @@ def fetch_paper(h: Home) -> None:
                      env=_fetch_env(h, url))
     assert "  wiki1m: fetched" in out and "  clip: fetched" in out, out
     assert "  wiki1m: checked" in again and not re.search(r"^  \S+: fetched", again, re.M), again
-    assert "summary: fetched 7 (" in out and "summary: fetched 0, checked 7 (" in again, again
+    assert "summary: fetched 8 (" in out and "summary: fetched 0, checked 8 (" in again, again
     assert (h.path / "fetched" / "senteval" / "downstream" / "STS" / "STSBenchmark").is_dir()
     assert "python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json" in out
     assert "--out $MMEMB_DATA/flickr30k_mcse_resnet50.parquet" in out  # what MCSE's cells read
@@ -502,6 +528,9 @@ COMMANDS: dict[str, Journey] = {
     "python -m trainables.extract --pairs flickr30k_captions.csv --images flickr30k-images/ --model openai/clip-vit-large-patch14 --out flickr30k_clip_vitl14.parquet":
         Journey("a tiny CLIP folder for the hub's model, which cannot be downloaded here; "
                 "3 images, 6 captions", extract, slow=True),
+    "python -m trainables.extract --images flickr30k-images/ --model microsoft/resnet-50 --column resnet --out flickr30k_clip_vitl14.parquet":
+        Journey("a tiny ResNet folder for the hub's model, which cannot be downloaded here; a "
+                "store of 3 images, 6 captions written by the test", extract_resnet, slow=True),
 }
 
 

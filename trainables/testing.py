@@ -187,6 +187,22 @@ def make_tiny_clip(path: str | Path, dim: int = 16, image_size: int = 32, seed: 
     return path
 
 
+def make_tiny_resnet(path: str | Path, dim: int = 16, image_size: int = 32, seed: int = 0) -> Path:
+    """A random ResNetModel (pooled feature ``dim``) and its image processor, as a HF folder: a
+    stand-in for ``microsoft/resnet-50`` (2048-d) in tests."""
+    import torch
+    from transformers import ConvNextImageProcessor, ResNetConfig, ResNetModel
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = ResNetConfig(embedding_size=8, hidden_sizes=[8, dim], depths=[1, 1],
+                       layer_type="basic", downsample_in_first_stage=False)
+    ResNetModel(cfg).save_pretrained(path)
+    ConvNextImageProcessor(size={"shortest_edge": image_size}).save_pretrained(path)
+    return path
+
+
 def write_tiny_profile(folder: str | Path, encoder: str | Path, **settings) -> Path:
     """A profile YAML for fast end-to-end runs: a tiny encoder (also the DALR teacher), the demo
     corpus at 32-d features with its cache inside ``folder``; ``settings`` override run keys."""

@@ -125,7 +125,9 @@ class Encoder:
 
     @classmethod
     def from_config(cls, cfg: Any) -> Encoder:
-        """From a Hugging Face BERT/RoBERTa config (or anything with its attribute names)."""
+        """From a Hugging Face BERT/RoBERTa config (or anything with its attribute names); a
+        CLIP config (DALR's CLIP text teacher) by its text tower's, kept under ``text_config``."""
+        cfg = getattr(cfg, "text_config", None) or cfg
         return cls(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
                    cfg.intermediate_size, cfg.vocab_size, getattr(cfg, "max_position_embeddings", 512))
 

@@ -80,7 +80,8 @@ def check_storage(storage: str) -> str:
 
 
 def check_models(members: Sequence[RunPlan]) -> str:
-    """Every encoder and text teacher a member loads is a model folder or a cached hub name."""
+    """Every encoder and text teacher a member loads is a cached hub name or a model folder with
+    its weights (and the fetch's recorded sizes, where it wrote the folder)."""
     from trainables.models.pretrained import resolve_encoder
     from trainables.models.student import loadable_source
 
@@ -92,9 +93,15 @@ def check_models(members: Sequence[RunPlan]) -> str:
                 names.setdefault(t, (f"cell {m.cell!r}: text teacher", m.run.data.cache_dir))
     for name, (what, cache) in names.items():
         try:
-            loadable_source(resolve_encoder(name, cache))
+            source = loadable_source(resolve_encoder(name, cache))
         except (OSError, ValueError) as e:
             raise ValueError(f"{what} {e}") from None
+        if Path(source).is_dir():  # a config alone loads; the run would fail on the weights
+            from trainables.fetch.folders import incomplete
+
+            why = incomplete(Path(source))
+            if why:
+                raise ValueError(f"{what} {why}")
     return f"models: {len(names)} encoder/teacher folder(s) found"
 
 
@@ -107,7 +114,7 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
     root = data_root()
     missing: dict[str, None] = {}
     encoders: dict[str, None] = {}
-    fetchable = {i.cache_name for i in PAPER if i.cache_name}
+    fetchable = {i.cache_name: i.name for i in PAPER if i.cache_name}
     for m in members:
         cfg = m.run
         if cfg.data.demo:
@@ -124,16 +131,20 @@ def check_fetched(members: Sequence[RunPlan]) -> None:
 
             if not isinstance(try_to_load_from_cache(cfg.encoder, "config.json",
                                                      cache_dir=str(hub_cache())), str):
-                encoders[f"the encoder {cfg.encoder} (Hugging Face cache)"] = None
+                encoders[f"the encoder {cfg.encoder} (Hugging Face cache) (python -m "
+                         f"trainables.fetch paper --only {fetchable[cfg.encoder]})"] = None
     from trainables.models.student import _hub_offline
 
     if missing or _hub_offline():  # online, a lone uncached encoder is downloaded on first use
         missing.update(encoders)
     if missing:
+        from trainables.fetch.catalog import how_to_make
+
+        made = [f"{m} ({how_to_make(m)})" if how_to_make(m) else m for m in missing]
         raise ValueError(f"$MMEMB_DATA={root} lacks what these runs read: run python -m "
                          "trainables.fetch paper (it downloads what it can and says how to bring "
                          "the rest), or set MMEMB_DATA to the folder holding them; missing: "
-                         f"{', '.join(missing)}")
+                         f"{'; '.join(made)}")
 
 
 def check_encoders(members: Sequence[RunPlan]) -> list[str]:

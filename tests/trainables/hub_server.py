@@ -4,7 +4,8 @@ It answers the two requests ``trainables.fetch`` makes: the repository listing
 (``/api/{models,datasets}/<repo>/revision/<rev>``, with sizes, git blob ids and LFS SHA-256s) and
 the file download (``/<datasets/>?<repo>/resolve/<commit>/<path>``, with HTTP Range). Faults are
 injected per file: ``cut[path] = n`` never sends byte ``n`` and on, closing the connection there (``cut_times`` times),
-``corrupt`` serves other bytes than the listing publishes; and per request: ``faults[key]`` is a
+``corrupt`` serves other bytes than the listing publishes, ``hold[path]`` sends half the file and
+waits for an event; and per request: ``faults[key]`` is a
 list consumed one entry per request to ``key`` (a file name, or ``api:<repo>`` for a listing),
 each entry one of ``FAULTS``. A repository missing from ``repos`` answers as the hub does
 (404, ``X-Error-Code: RepoNotFound``); a revision in ``gone_revisions``, as a revision the hub no
@@ -38,6 +39,9 @@ class Hub:
     corrupt: set[str] = field(default_factory=set)
     faults: dict[str, list[str]] = field(default_factory=dict)
     gone_revisions: set[str] = field(default_factory=set)
+    hold: dict[str, threading.Event] = field(default_factory=dict)
+    """path -> an event: the file's first half is sent, the rest once the event is set (a
+    download in progress, for a test that interrupts it)"""
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     """(method, path, Range header)"""
 
@@ -130,6 +134,12 @@ def _handler(hub: Hub):
             if rng:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.end_headers()
+            held = hub.hold.get(name)
+            if held is not None:
+                self.wfile.write(body[:len(body) // 2])
+                self.wfile.flush()
+                held.wait()
+                body = body[len(body) // 2:]
             if cut is not None and (once or hub.cut_times > 0) and start <= cut:
                 hub.cut_times -= 0 if once else 1
                 self.wfile.write(body[:cut - start])

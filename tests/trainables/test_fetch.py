@@ -41,7 +41,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("MMEMB_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setattr(fetch, "ENDPOINT", "http://127.0.0.1:9")  # never the real hub
+    monkeypatch.setattr(fetch.places, "ENDPOINT", "http://127.0.0.1:9")  # never the real hub
     return tmp_path
 
 
@@ -101,14 +101,14 @@ def test_full_fetch_lands_every_file_checked_and_a_second_run_downloads_nothing(
     assert man["items"]["simcse"]["commit"] == COMMIT
     assert "wiki1m: fetched" in out and "wiki1m: checked" in out
     runs = [ln for ln in out.splitlines() if ln.startswith("summary: ")]
-    assert runs[0].startswith("summary: fetched 7 (wiki1m, senteval, bert-base-uncased, "
-                              "roberta-base, simcse, diffcse, clip), checked 0, skipped 0, failed 0")
-    assert runs[1].startswith("summary: fetched 0, checked 7 (")
+    assert runs[0].startswith("summary: fetched 8 (wiki1m, senteval, bert-base-uncased, "
+                              "roberta-base, simcse, diffcse, resnet-50, clip), checked 0, skipped 0, failed 0")
+    assert runs[1].startswith("summary: fetched 0, checked 8 (")
     # what cannot be scripted: one instruction each, with the command that makes the store
     assert ("python -m trainables.convert clip-json --json $MMEMB_DATA/flickr30k_ViT_L14.json "
             "--out $MMEMB_DATA/flickr30k_clip_vitl14.parquet") in out
-    assert "by hand: 0 of 4 required present (missing: flickr30k_clip_vitl14.parquet, " \
-           "flickr30k_mcse_resnet50.parquet" in runs[1]
+    assert "by hand: 0 of 5 required present (missing: flickr30k_clip_vitl14.parquet, " \
+           "flickr30k_clip_vitl14.parquet column resnet, flickr30k_mcse_resnet50.parquet" in runs[1]
 
 
 def test_the_data_folder_and_its_cache_move_together(env, monkeypatch):
@@ -219,8 +219,8 @@ def test_a_server_error_and_a_dropped_listing_say_run_again_and_the_others_go_on
         assert lines[1].startswith("failed: wiki1m wiki1m_for_simcse.txt: the download stopped at "
                                    "0 of") and "(HTTP 503)" in lines[1] and "run the same command "\
             "again" in lines[1], lines[1]
-        assert summary(out).startswith("summary: fetched 1 (simcse), checked 0, skipped 4 (senteval, "
-                                       "roberta-base, diffcse, clip: not in --only)")
+        assert summary(out).startswith("summary: fetched 1 (simcse), checked 0, skipped 5 (senteval, "
+                                       "roberta-base, diffcse, resnet-50, clip: not in --only)")
         assert "failed 2 (bert-base-uncased, wiki1m)" in summary(out)
         assert run(url, monkeypatch, "--only", "wiki1m", "bert-base-uncased", "simcse") == 0
     assert "fetched 2 (wiki1m, bert-base-uncased), checked 1 (simcse)" in summary(
@@ -240,7 +240,7 @@ def test_a_file_the_source_no_longer_has_names_its_url_and_the_override(env, mon
                            "source no longer has this file; running again will not help"), line
     assert "--only wiki1m --revision wiki1m=main" in line and "run the same command" not in line
     assert hub.downloads("wiki1m_for_simcse.txt") == [None]  # a 404 is not retried
-    assert "fetched 6 (senteval, bert-base-uncased" in summary(out)  # the others went on
+    assert "fetched 7 (senteval, bert-base-uncased" in summary(out)  # the others went on
     assert "failed 1 (wiki1m)" in summary(out)
 
 
@@ -535,7 +535,7 @@ def test_dry_run_lists_every_file_with_size_checksum_and_source_without_a_networ
     assert "pytorch_model.bin)  about 1.25 GB" in out  # DiffCSE's weights (issue 39)
     assert f"/datasets/princeton-nlp/datasets-for-simcse/resolve/{fetch.SIMCSE_DATA_REV}/senteval.tar" in out
     assert "[to fetch]" in out and "by hand" in out
-    assert "to fetch: 7 of 7 item(s)" in out and f"$MMEMB_DATA {env / 'data'}: writable" in out
+    assert "to fetch: 8 of 8 item(s)" in out and f"$MMEMB_DATA {env / 'data'}: writable" in out
     assert not (env / "data").exists()
     hub = paper_hub()
     with Serving(hub) as url:
@@ -546,7 +546,7 @@ def test_dry_run_lists_every_file_with_size_checksum_and_source_without_a_networ
     out = capsys.readouterr().out
     wiki = hub.repos[("dataset", fetch.SIMCSE_DATA)]["wiki1m_for_simcse.txt"]
     assert f"sha256 {hashlib.sha256(wiki).hexdigest()}" in out  # exact, once verified
-    assert "wiki1m: Wiki1M" in out and "[present]" in out and "to fetch: 6 of 7" in out
+    assert "wiki1m: Wiki1M" in out and "[present]" in out and "to fetch: 7 of 8" in out
 
 
 def test_the_instructions_say_which_stores_are_required_and_whether_they_are_there(

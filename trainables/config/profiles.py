@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainables.config import data_folder
 from trainables.config.run_config import RunConfig, flatten, load_yaml
 from trainables.config.stores import (  # noqa: F401 - the profile's names, imported from here too
     DATA_ROOT,
@@ -60,8 +61,11 @@ another store (one store for every cell: a controlled comparison, said in the re
 
 
 def data_root() -> Path:
-    """The folder of the paper's data: ``$MMEMB_DATA`` now, else ``./data``."""
-    return Path(os.environ.get("MMEMB_DATA", "data"))
+    """The folder of the paper's data: ``$MMEMB_DATA`` now, else ``./data``; a link that loops
+    is refused in one line (``data_folder``)."""
+    root = Path(os.environ.get("MMEMB_DATA", "data"))
+    data_folder.resolved(root, f"MMEMB_DATA={root}")
+    return root
 
 
 def expand_data_root(path: str) -> str:
@@ -269,7 +273,7 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
     merged["data.cache_dir"] = str(Path(merged.get("data.cache_dir", ".cache/mmemb")).resolve())
     for key in ("data.text", "data.pairs", "data.senteval"):
         if isinstance(merged.get(key), str):
-            merged[key] = str(Path(expand_data_root(merged[key])).expanduser().resolve())
+            merged[key] = str(data_folder.resolved(Path(expand_data_root(merged[key])), key))
     # The method's settings hold its values, so the hash, MLflow's params and the run all see the
     # same numbers (an explicit 0.15 margin and KDMCSE's default are one config).
     cfg = RunConfig().with_overrides(merged)
@@ -278,7 +282,8 @@ def explain_config(profile: str | None, layers: Layers, method: str | None = Non
         # MCSE given the CLIP text features (KDMCSE Table 5): its own store has none, so the run
         # stays on the profile's CLIP store
         merged["data.pairs"], origin["data.pairs"] = default_pairs
-        merged["data.pairs"] = str(Path(expand_data_root(merged["data.pairs"])).expanduser().resolve())
+        merged["data.pairs"] = str(data_folder.resolved(Path(expand_data_root(merged["data.pairs"])),
+                                                        "data.pairs"))
         cfg = RunConfig().with_overrides(merged)
     default, got = flatten(RunConfig().to_dict()), flatten(cfg.to_dict())
     label = default_label(cfg.objective.method)

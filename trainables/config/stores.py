@@ -1,7 +1,7 @@
 """What the paper profile reads under ``$MMEMB_DATA``: one table of file names.
 
 The paper profile (``profiles.paper_profile``), the grids (``search_spaces/_common.py``), the
-fetch's instructions (``trainables/fetch.py``), the converters' default ``--out``
+fetch's instructions (``trainables/fetch/catalog.py``), the converters' default ``--out``
 (``trainables/data/converters.py``) and the README's data section take their names from here, so
 they cannot disagree; ``tests/test_data_names.py`` checks that every store a grid reads on the
 paper profile is made by an instruction the fetch prints, and that the README names these files.
@@ -78,6 +78,12 @@ STORES: dict[str, Store] = {
     "coco": Store("coco_clip_vitl14.parquet", "clip-json", (("--json", "train_coco_ViT_L14.json"),),
                   extract=("coco_captions.csv", "coco-images")),
 }
+RESNET_COLUMN = "resnet"
+"""the image feature DALR Table 9's ResNet cells read (``data.image_column``): a column of
+``STORES['flickr30k']`` beside its CLIP ones, added from the Flickr30k images by
+``python -m trainables.extract --column resnet --model RESNET_MODEL``"""
+RESNET_MODEL = "microsoft/resnet-50"
+"""ImageNet ResNet-50, its pooled 2048-d feature: the image encoder of that column"""
 PAPER_STORE = STORES["flickr30k"].file
 """the paper profile's ``data.pairs``"""
 MCSE_STORE = STORES["flickr30k-mcse"].file

@@ -127,9 +127,15 @@ def load_data(cfg: RunConfig) -> TrainingData:
     if text is None and pairs is None:
         raise ValueError("no training data: set data.text (text corpus) and/or data.pairs (store)")
     if pairs is not None and d.image_column not in pairs.feature_columns:
+        from trainables.config.stores import RESNET_COLUMN, RESNET_MODEL
+
+        fix = (f"add it: python -m trainables.extract --images IMAGES --model {RESNET_MODEL} "
+               f"--column {RESNET_COLUMN} --out {pairs_path} (python -m trainables.fetch paper "
+               "--only flickr30k-resnet says where the images come from)"
+               if d.image_column == RESNET_COLUMN else "set data.image_column accordingly")
         raise ValueError(
             f"store {pairs_path} has no feature column {d.image_column!r} "
-            f"(has {', '.join(pairs.feature_columns)}); set data.image_column accordingly"
+            f"(has {', '.join(pairs.feature_columns)}); {fix}"
         )
     image_rows = _shuffled_image_rows(pairs) if d.shuffle_images and pairs is not None else None
     transfer_dir = Path(senteval)

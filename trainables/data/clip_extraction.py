@@ -22,7 +22,9 @@ How:
   * when all shards exist they are merged with :func:`trainables.data.store.write_store` (atomic), so
     the output is either complete or absent.
 
-CLI: ``python -m trainables.extract --pairs captions.csv --images DIR --model M --out store.parquet``.
+CLI: ``python -m trainables.extract --pairs captions.csv --images DIR --model M --out store.parquet``;
+with ``--column resnet --model microsoft/resnet-50`` (and no ``--pairs``) it adds an image
+encoder's feature to an existing store instead (:mod:`trainables.data.image_columns`).
 """
 
 from __future__ import annotations
@@ -426,10 +428,18 @@ def parser() -> argparse.ArgumentParser:
     from trainables.runtime.command_line import Parser, option
 
     p = Parser(prog="python -m trainables.extract", description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", required=True, type=Path, help="CSV (image,caption) or JSONL pairs file")
+    p.add_argument("--pairs", type=Path, default=None,
+                   help="CSV (image,caption) or JSONL pairs file (not with --column)")
     p.add_argument("--images", required=True, type=Path, help="folder the image names are relative to")
-    p.add_argument("--model", default="openai/clip-vit-base-patch32", help="CLIPModel hub name or folder")
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--model", default=None,
+                   help="CLIPModel hub name or folder (default openai/clip-vit-base-patch32); "
+                        "with --column an image encoder, e.g. microsoft/resnet-50")
+    p.add_argument("--out", required=True, type=Path,
+                   help="the store to write; with --column, the store to add the column to")
+    p.add_argument("--column", default=None,
+                   help="add this image feature column (e.g. resnet, for DALR Table 9's ResNet "
+                        "cells) to the existing store --out, from each row's image under "
+                        "--images (trainables/data/image_columns.py)")
     p.add_argument("--address", default=None, help="Ray cluster address (e.g. auto); default: local")
     p.add_argument("--batch-size", type=option(count(1)), default=64)
     p.add_argument("--shard-size", type=option(count(1)), default=1000)
@@ -445,9 +455,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from trainables.runtime.command_line import writable_file, writable_folder
 
-    a = parser().parse_args(argv)
+    p = parser()
+    a = p.parse_args(argv)
+    if a.column is not None:
+        from trainables.data.image_columns import command
+
+        return command(p, a)
+    if a.pairs is None:
+        p.error("--pairs is required (the captions file), unless --column adds an image "
+                "feature to an existing store")
     cfg = ExtractConfig(
-        pairs=a.pairs, images=a.images, model=a.model, out=a.out, work_dir=a.work_dir,
+        pairs=a.pairs, images=a.images, model=a.model or "openai/clip-vit-base-patch32",
+        out=a.out, work_dir=a.work_dir,
         batch_size=a.batch_size, shard_size=a.shard_size, num_actors=a.num_actors,
         num_gpus_per_actor=a.num_gpus_per_actor, num_cpus_per_actor=a.num_cpus_per_actor,
         keep_shards=a.keep_shards, progress=not a.no_progress,
