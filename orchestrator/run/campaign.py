@@ -172,7 +172,7 @@ class Session:
               flush=True)  # the first line of the live view comes once Tune runs
         try:
             early_ray.wait()  # started beside the pre-start checks, where it was
-            init_ray(opts.address, log_to_driver=False)  # a no-op where it was
+            init_ray(opts.address, log_to_driver=False)  # a no-op where that start worked
             sigterm_as_interrupt()  # here: a thread that started Ray could not install it
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
             from trainables.runtime.ray_env import root_cause

@@ -44,13 +44,18 @@ def start_beside_checks(opts: Options) -> bool:
 
 
 def wait() -> None:
-    """Wait for a Ray started by :func:`start_beside_checks` (nothing if none was); raise
-    what its start raised."""
+    """Wait for a Ray started by :func:`start_beside_checks` (nothing if none was). A start that
+    failed beside the checks (on a loaded machine Ray's 30 s for its raylet can run out while
+    the checks take the cores) is undone here: the caller then starts Ray where it always did,
+    with the checks done, and says that start's failure, if it fails again."""
     _claimed.append(True)
     for thread in _started:
         thread.join()
     if _errors:
-        raise _errors[0]
+        import ray
+
+        ray.shutdown()  # what the failed start left, before the caller's own start
+        _errors.clear()
 
 
 def stop_unclaimed() -> None:
