@@ -70,15 +70,6 @@ def _list() -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.run import early_ray
-
-    try:
-        return _table(args)
-    finally:  # a refusal after Ray started beside the checks leaves no Ray running
-        early_ray.stop_unclaimed()
-
-
-def _table(args: argparse.Namespace) -> int:
     from orchestrator.analysis.cost import DEFAULT_GPU, DEFAULT_MFU
     from orchestrator.results.table_report import grid_spec
     from orchestrator.run.campaign import Campaign, run_table
@@ -107,7 +98,7 @@ def _table(args: argparse.Namespace) -> int:
     members = plan_runs(grid, opts.profile, args.seeds, args.cells,
                         seeds_from="--seeds" if args.seeds else f"grid {grid.name} seeds")
     pre = check_campaign(members, opts, [seeds_checked], dry_run=args.dry_run,
-                         baseline=grid.baseline, start_ray=True)  # before MLflow; Ray beside
+                         baseline=grid.baseline)  # before Ray or MLflow
     array_keys = pre.array_keys
     cells = [c.name for c in grid.cells if args.cells is None or c.name in args.cells
              or c.name == grid.baseline]

@@ -161,19 +161,16 @@ class Session:
     def _start_ray(self) -> None:
         import ray
 
-        from orchestrator.run import early_ray
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
-        from trainables.runtime.ray_env import init_ray, sigterm_as_interrupt
+        from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
         print(f"{c.parent_name}: starting Ray"
               + (f" on the cluster at {opts.address}" if opts.address else " on this machine"),
               flush=True)  # the first line of the live view comes once Tune runs
         try:
-            early_ray.wait()  # started beside the pre-start checks, where it was
-            init_ray(opts.address, log_to_driver=False)  # a no-op where that start worked
-            sigterm_as_interrupt()  # here: a thread that started Ray could not install it
+            init_ray(opts.address, log_to_driver=False)
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
             from trainables.runtime.ray_env import root_cause
 

@@ -438,14 +438,12 @@ def try_batched_once(cfg, data, differing: set[str]):
 
 def check_campaign(members: Sequence[RunPlan], opts: Options,
                    checked: Sequence[str] = (), dry_run: bool = False,
-                   baseline: str | None = None, varying: Sequence[str] = (),
-                   start_ray: bool = False) -> DataCheck:
+                   baseline: str | None = None, varying: Sequence[str] = ()) -> DataCheck:
     """Everything a table or search needs, before Ray or MLflow: refuses in one line, prints the
     warnings up front, returns what was checked. ``checked``: what the caller has already checked
     (a table's seeds, before its members could be built), listed first. ``dry_run``: a plan too
     big for this machine is not refused here but returned as ``not_here``, so that a laptop can
-    list and price a GPU plan. ``start_ray``: once the quick checks pass, the embedded Ray starts
-    beside the slow ones (``orchestrator.run.early_ray``)."""
+    list and price a GPU plan."""
     from orchestrator.tracking.client import check_tracking_uri, default_tracking_uri
 
     lines = list(checked)
@@ -467,10 +465,6 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     check_fetched(members)
     lines.append(check_models(members))
     lines.extend(check_encoders(members))
-    if start_ray and not dry_run:  # the slow checks (each method tried) run beside Ray's start
-        from orchestrator.run.early_ray import start_beside_checks
-
-        start_beside_checks(opts)
     data = check_data(members, baseline, varying)
     for w in data.warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
