@@ -22,6 +22,9 @@ the exit: the report, MLflow, Ray's stop). Arrays that run at once overlap: each
 the array that ends last, and every trial's own clock is printed below. With more arrays than
 run at once (``--array-size 1``) the later rounds wait for the earlier: it says so, and the
 per-trial clocks are the reading.
+
+And the CPU seconds of the command's whole process tree by kind of process (``process_cpu.py``):
+on a shared machine the wall time is what the other users leave, the CPU seconds are not.
 """
 
 from __future__ import annotations
