@@ -69,8 +69,9 @@ def test_rounds_are_said_not_priced(tt, capsys):
     at_once = [{"trial": "a", "start": 1.0, "training": 5.0, "evaluating": 50.0, "final": 60.0},
                {"trial": "b", "start": 2.0, "training": 6.0, "evaluating": 55.0, "final": 65.0}]
     tt.print_phases({"wall_s": 100.0, "phases": ph, "trials": at_once})
-    assert "fixed costs 40 s against 60 s" in capsys.readouterr().out
+    assert ("FIXED COSTS 67% of training and final evaluation (40 s against 60 s; goal: within "
+            "20%: NOT met)") in capsys.readouterr().out
     rounds = [at_once[0], {**at_once[1], "start": 61.0}]
     tt.print_phases({"wall_s": 100.0, "phases": ph, "trials": rounds})
     out = capsys.readouterr().out
-    assert "ran in rounds" in out and "fixed costs" not in out
+    assert "ran in rounds" in out and "FIXED COSTS" not in out
