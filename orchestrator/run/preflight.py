@@ -465,8 +465,8 @@ def check_campaign(members: Sequence[RunPlan], opts: Options,
     lines.append(check_methods(members))
     uri = opts.tracking_uri or default_tracking_uri()
     check_tracking_uri(uri, "--tracking-uri" if opts.tracking_uri else "the default tracking store")
-    from orchestrator.tracking.store_lock import store_busy_s
     from orchestrator.tracking.journal import retry_s
+    from orchestrator.tracking.store_lock import store_busy_s
 
     retry_s(), store_busy_s()  # the journal's waits: a bad value refused now, not mid-table
     lines.append(f"tracking {masked(uri)}: scheme known, store reachable or creatable; "
