@@ -70,8 +70,10 @@ def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[
 
     from orchestrator.run.preflight import array_resources
     from orchestrator.run.resources import cluster_nodes
+    from trainables.runtime import ray_address
     from trainables.runtime.ray_env import init_ray, root_cause
 
+    ray_address.check(opts.address)  # nobody at the address: refused, as the run would be
     try:
         init_ray(opts.address, log_to_driver=False)
     except Exception as e:

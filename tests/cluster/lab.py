@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -360,9 +361,9 @@ class Lab:
 
     def _serve_mirror(self, client: socket.socket, method: str, path: str) -> None:
         """The mirror: its find-links page at /, each wheel at /NAME (a plain HTTP GET)."""
-        path = path.split("?", 1)[0]
+        path = urllib.parse.unquote(path.split("?", 1)[0])  # pip asks for ...%2Bcpu...
         if path == "":
-            links = "".join(f'<a href="/{n}">{n}</a>\n' for n in self.mirror)
+            links = "".join(f'<a href="/{urllib.parse.quote(n)}">{n}</a>\n' for n in self.mirror)
             body, size = f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), None
         elif path in self.mirror:
             body, size = None, self.mirror[path].stat().st_size

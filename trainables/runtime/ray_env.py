@@ -44,6 +44,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     # dashboard) would drown the dev curve the run prints; errors still come through.
     quiet = ray.LoggingConfig(log_level="ERROR")
     if address:
+        from trainables.runtime import ray_address
+
+        ray_address.check(address)  # nobody there: one line now, not Ray's minutes of retries
         ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
     else:
         ray.init(
