@@ -9,7 +9,8 @@ recorded in the cluster's temp dir (``<temp dir>/mmemb-launched/``), and ``pytho
 orchestrator.ray_stop --temp-dir ...`` (what `ray stop` and `ray down` run on the nodes) stops
 those sessions and nothing else: not a colleague's Ray on the same machine, not a shell or a
 ``tail -f`` that mentions the folder. A `ray start` is waited for (it returns once Ray is up) and
-its exit status passed on; it needs the cluster's own ``--temp-dir``. A ``--service`` runs in the
+its exit status passed on; it needs the cluster's own ``--temp-dir``, and its port flags are
+checked first (``orchestrator.ray_ports``: a port, one per service, free on this machine). A ``--service`` runs in the
 background, its output appended to ``--log``; with ``--ready`` the command waits until that URL
 answers from this server (not from another one on the port) and fails, stopping it, if it does
 not within ``--timeout`` seconds.
@@ -70,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         if temp is None:
             p.error("`ray start` needs the cluster's own --temp-dir (its stop finds it there, and "
                     "a colleague's Ray on the machine keeps Ray's default one)")
+        from orchestrator import ray_ports
+
+        try:  # a port Ray would take badly: one line now, not its traceback from the node's start
+            ray_ports.check(command)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return launched.launch_and_wait(command, temp, "ray")
     if args.temp_dir is None or args.log is None:
         p.error("--service needs --temp-dir (the cluster's, where the record goes) and --log")

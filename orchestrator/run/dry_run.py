@@ -26,7 +26,10 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     """The arrays a campaign would run and how many at once, without starting anything (the
     resources were checked against this machine by ``preflight.check_campaign``)."""
     from orchestrator.run.preflight import array_resources
+    from trainables.runtime import shipping
 
+    for line in shipping.check():  # refused here what the run's workers would not get
+        print(f"checked: {line}")
     res, _ = array_resources(opts, members)
     if opts.address:
         slots, res = cluster_slots(opts, members, res)
