@@ -15,9 +15,13 @@ without a file the driver imported from it (ignored by its ``.gitignore``).
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ENV = "MMEMB_USER_CODE"
@@ -68,36 +72,51 @@ def put_first(folder: Path) -> None:
     sys.path.insert(0, entry)
 
 
+def code_name(folder: Path) -> str:
+    """The name ``folder`` travels under: never the name of a package a worker imports (a user's
+    folder called ``orchestrator`` or ``tests`` would shadow it on the workers' import path)."""
+    return "mmemb_code_" + hashlib.sha1(str(folder).encode()).hexdigest()[:12]
+
+
+_STAGE: list[Path] = []
+
+
+def staged(folder: Path) -> Path:
+    """A folder named :func:`code_name` holding a link to ``folder`` under its own name: what Ray
+    zips (it follows the link), so a worker finds ``<Ray's copy>/<code name>/<folder name>``."""
+    if not _STAGE:
+        _STAGE.append(Path(tempfile.mkdtemp(prefix="mmemb-code-")))
+        atexit.register(shutil.rmtree, _STAGE[0], True)
+    wrap = _STAGE[0] / code_name(folder)
+    link = wrap / folder.name
+    if not link.is_symlink():
+        wrap.mkdir(exist_ok=True)
+        link.symlink_to(folder, target_is_directory=True)
+    return wrap
+
+
 def runtime_env() -> dict:
     """The job's runtime environment that ships the recorded folders ({} when none)."""
-    sent = [str(f) for f in _FOLDERS if f.is_dir()]  # a test's folder may be gone since
+    sent = [f for f in _FOLDERS if f.is_dir()]  # a test's folder may be gone since
     if not sent:
         return {}
-    return {"py_modules": sent, "excludes": list(EXCLUDES), "env_vars": {ENV: json.dumps(sent)}}
+    return {"py_modules": [str(staged(f)) for f in sent], "excludes": list(EXCLUDES),
+            "env_vars": {ENV: json.dumps([str(f) for f in sent])}}
 
 
 def shipped(folder: Path) -> Path | None:
     """This worker's copy of ``folder`` (one the driver shipped), None outside a Ray job that
-    shipped it."""
+    shipped it. Ray puts each unpacked package (``_ray_pkg_<hash>``) on the import path."""
     try:
         sent = [Path(f) for f in json.loads(os.environ.get(ENV, "[]"))]
     except ValueError:
         return None
     if folder not in sent:
         return None
-    unpacked = [Path(p) for p in sys.path if Path(p).name.startswith("_ray_pkg_")]
-    try:
-        import ray
-
-        uris = ray.get_runtime_context().runtime_env.get("py_modules") or []
-    except Exception:
-        uris = []
-    if len(uris) == len(sent):  # Ray keeps the order it was given: the surest match
-        want = Path(str(uris[sent.index(folder)]).rsplit("/", 1)[-1]).stem
-        unpacked = [p for p in unpacked if p.name == want] or unpacked
-    for base in unpacked:
-        if (base / folder.name).is_dir():
-            return base / folder.name
+    for base in (Path(p) for p in sys.path if Path(p).name.startswith("_ray_pkg_")):
+        copy = base / code_name(folder) / folder.name
+        if copy.is_dir():
+            return copy
     return None
 
 

@@ -37,7 +37,9 @@ def test_a_folder_becomes_the_jobs_py_modules_and_the_project_stays_home(fresh, 
     shipping.add(tmp_path)
     shipping.add(tmp_path)
     env = shipping.runtime_env()
-    assert env["py_modules"] == [str(tmp_path.resolve())]
+    (wrap,) = env["py_modules"]  # under a name no package has, holding the folder by its name
+    assert Path(wrap).name == shipping.code_name(tmp_path.resolve()).replace("-", "_")
+    assert (Path(wrap) / tmp_path.name).resolve() == tmp_path.resolve()
     assert json.loads(env["env_vars"][shipping.ENV]) == [str(tmp_path.resolve())]
     assert ".git" in env["excludes"]
 
@@ -45,11 +47,11 @@ def test_a_folder_becomes_the_jobs_py_modules_and_the_project_stays_home(fresh, 
 def test_a_worker_finds_its_shipped_copy_first(fresh, tmp_path, monkeypatch):
     """As Ray unpacks py_modules: <session>/.../_ray_pkg_<hash>/<folder name> on sys.path."""
     mine = tmp_path / "laptop" / "plugins"
-    copy = tmp_path / "node" / "_ray_pkg_abc123" / "plugins"
+    copy = tmp_path / "node" / "_ray_pkg_abc123" / shipping.code_name(mine) / "plugins"
     (mine / "sub").mkdir(parents=True)
     (copy / "sub").mkdir(parents=True)
     monkeypatch.setenv(shipping.ENV, json.dumps([str(mine)]))
-    monkeypatch.setattr(sys, "path", [str(copy.parent), *sys.path])
+    monkeypatch.setattr(sys, "path", [str(copy.parents[1]), *sys.path])
     assert shipping.locate(mine) == copy
     assert shipping.locate(mine / "sub") == copy / "sub"
     assert shipping.locate(tmp_path / "laptop") == tmp_path / "laptop"  # not shipped: itself
