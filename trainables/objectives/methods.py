@@ -546,6 +546,7 @@ def _import_user(module: str, file: str, root: Path) -> Any:
         raise ValueError(f"{file}: a module named {module!r} is already loaded from {have}; "
                          "rename your file")
     shipping.put_first(root)
+    importlib.invalidate_caches()  # a file written since this process last looked there
     with importing(file, "method file"):  # code: sys.exit, argparse, Ctrl-C named as such
         try:
             mod = importlib.import_module(module)
