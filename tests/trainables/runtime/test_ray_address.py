@@ -66,3 +66,21 @@ def test_the_dry_run_refuses_a_dead_address_in_one_line(monkeypatch, capsys):
     assert time.monotonic() - t < 30
     (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in line and "ray status --address" in line
+
+
+def test_the_run_refuses_a_dead_address_before_anything_is_written(monkeypatch, capsys, tmp_path):
+    from orchestrator import ablate
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_address, "PROBE_S", 1.0)
+    monkeypatch.chdir(tmp_path)
+    port = dead_port()
+    rc = ablate.main(["--grid", "table3", "--cells", "KDMCSE", "--seeds", "0", "1",
+                      "--address", f"127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        f"error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused); check the address "
+        f"with `ray status --address 127.0.0.1:{port}` on a machine of the cluster, or start the "
+        "cluster first (docs/cluster.md)"]
+    assert not list(tmp_path.iterdir())  # no mlflow.db, no runs/
