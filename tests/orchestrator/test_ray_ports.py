@@ -69,3 +69,28 @@ def test_the_start_command_refuses_in_one_line_before_ray_starts(tmp_path):
         "error: `ray start --port=99999`: not a port (1-65535); fix it in the cluster file's start "
         "command"]
     assert not (tmp_path / "mmemb-launched").exists()  # nothing recorded, nothing started
+
+
+def test_a_failed_ray_start_is_tried_again(tmp_path):
+    """A loaded worker missed Ray's 30 s for its raylet to register, and Ray's autoscaler never
+    sets a node up again after one failure: the worker never joined."""
+    import os
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    count = tmp_path / "starts"
+    (fake / "ray").write_text(f'#!/bin/sh\necho x >> {count}\n[ "$(wc -l < {count})" -ge 2 ]\n')
+    (fake / "ray").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "orchestrator.ray_start", "ray", "start",
+                           f"--temp-dir={tmp_path / 'ray'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "note: `ray start` exited 1; starting it again (attempt 2 of 3)" in done.stderr
+    assert count.read_text().count("x") == 2
+    count.unlink()
+    (fake / "ray").write_text("#!/bin/sh\nexit 3\n")
+    done = subprocess.run([sys.executable, "-m", "orchestrator.ray_start", "--attempts", "2", "ray",
+                           "start", f"--temp-dir={tmp_path / 'ray'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and done.stderr.count("starting it again") == 1, done.stderr
