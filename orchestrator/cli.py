@@ -68,7 +68,9 @@ def options(args: argparse.Namespace) -> Options:
     """The parsed arguments as campaign options (their ranges were checked while parsing). Loads
     ``--methods`` first: every command calls this before it reads its grid or search."""
     from trainables.objectives.methods import load_methods
+    from trainables.runtime import ray_address
 
+    ray_address.check(args.address)  # a cluster nobody serves: refused now, not after the plan
     load_methods(getattr(args, "methods", None) or [])
     return Options(
         profile=args.profile, address=args.address, cpus_per_trial=args.cpus_per_trial,

@@ -9,7 +9,10 @@ recorded in the cluster's temp dir (``<temp dir>/mmemb-launched/``), and ``pytho
 orchestrator.ray_stop --temp-dir ...`` (what `ray stop` and `ray down` run on the nodes) stops
 those sessions and nothing else: not a colleague's Ray on the same machine, not a shell or a
 ``tail -f`` that mentions the folder. A `ray start` is waited for (it returns once Ray is up) and
-its exit status passed on; it needs the cluster's own ``--temp-dir``. A ``--service`` runs in the
+its exit status passed on (a failed start is tried again, ``--attempts``: Ray gives its raylet
+30 s to register, which a loaded machine misses, and Ray's autoscaler never retries a node whose
+start failed); it needs the cluster's own ``--temp-dir``, and its port flags are
+checked first (``orchestrator.ray_ports``: a port, one per service, free on this machine). A ``--service`` runs in the
 background, its output appended to ``--log``; with ``--ready`` the command waits until that URL
 answers from this server (not from another one on the port) and fails, stopping it, if it does
 not within ``--timeout`` seconds.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["main"]
@@ -39,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ready", metavar="URL", help="--service: wait until this URL answers 200")
     p.add_argument("--timeout", type=option(POSITIVE), default=180.0,
                    help="--service: seconds to wait for --ready (default 180)")
+    p.add_argument("--attempts", type=int, choices=range(1, 11), default=3, metavar="N",
+                   help="`ray start`: start it again after a failure, up to N times in all "
+                   "(default 3)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the command: `ray start ...`, or the service's after --")
     return p
@@ -70,7 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         if temp is None:
             p.error("`ray start` needs the cluster's own --temp-dir (its stop finds it there, and "
                     "a colleague's Ray on the machine keeps Ray's default one)")
-        return launched.launch_and_wait(command, temp, "ray")
+        from orchestrator import ray_ports
+
+        try:  # a port Ray would take badly: one line now, not its traceback from the node's start
+            ray_ports.check(command)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for attempt in range(1, args.attempts + 1):
+            rc = launched.launch_and_wait(command, temp, "ray")  # a failed one stops what it began
+            if rc == 0 or attempt == args.attempts:
+                return rc
+            # Ray's start gives its raylet 30 s to register: a loaded machine misses that, and
+            # Ray's autoscaler never sets up a node whose start failed once
+            print(f"note: `ray start` exited {rc}; starting it again (attempt {attempt + 1} of "
+                  f"{args.attempts})", file=sys.stderr, flush=True)
+            time.sleep(5)
+        return 1
     if args.temp_dir is None or args.log is None:
         p.error("--service needs --temp-dir (the cluster's, where the record goes) and --log")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.service) or args.service == "ray":

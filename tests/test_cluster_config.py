@@ -70,13 +70,22 @@ RAY_START = "python -m orchestrator.ray_start ray start"
 """how the start commands run `ray start`: in a session recorded for the stop (orchestrator.ray_start)"""
 
 
-def sourced_env(cfg: dict, home: Path) -> dict[str, str]:
-    """Run the setup command that writes the node environment, then read it back from a login."""
+def ray_shell(command: str) -> list[str]:
+    """How Ray's command runner runs ``command`` on a node (setup, start, `ray exec`, `ray down`'s
+    `ray stop`): Ray's own function, so a Ray that changes it fails these tests."""
+    from ray.autoscaler._private.command_runner import _with_interactive
+
+    return ["bash", "-c", " ".join(_with_interactive(command))]
+
+
+def sourced_env(cfg: dict, home: Path, shell: list[str] | None = None) -> dict[str, str]:
+    """Run the setup command that writes the node environment, then read it back from a shell
+    Ray opens for the cluster (or ``shell``: a colleague's own)."""
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     for _ in range(2):  # setup commands run again on every `ray up`: must stay idempotent
         subprocess.run(["bash", "-c", env_command(cfg)], env=env, check=True)
-    out = subprocess.run(["bash", "-c", ". ~/.bashrc; env"], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(shell or ray_shell("env"), env=env, check=True, capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -183,15 +192,17 @@ def torch_step(cfg: dict) -> str:
 
 
 @pytest.mark.parametrize("gpu,has_torch,wants", [
-    (False, False, "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
-    (True, False, "torch==2.13.0 --index-url https://pypi.org/simple"),
+    (False, False, "torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu"),
+    (True, False, "torch==2.13.0"),
     (True, True, None), (False, True, None)])
 def test_local_setup_installs_the_torch_the_machine_needs(tmp_path, gpu, has_torch, wants):
-    """Issue 37: the build a machine gets must not depend on how its pip is configured (a pip
-    pointed at a CPU wheel would put a CPU torch on a GPU machine): a machine without torch gets
-    PyTorch's CPU index or PyPI's CUDA build, named explicitly, with pip's configuration files
-    and variables ignored; a torch already there is kept. The venv sees the machine's packages,
-    and `ray` in it is its own (Ray's workers run the python of `ray start`)."""
+    """A machine without torch gets the CPU build (PyTorch's CPU index added to the machine's
+    own) or its index's torch (PyPI's: the CUDA build) on a GPU machine; a torch already there is
+    kept. Issue 47: the install goes through the machine's pip configuration (its proxy, its
+    mirror), never thrown away (`--isolated` ignored PIP_PROXY, and a lab reaching packages only
+    through it could not install torch); a GPU machine left with a CPU build is warned. The venv
+    sees the machine's packages, and `ray` in it is its own (Ray's workers run the python of
+    `ray start`)."""
     cfg = raw(LOCAL)
     assert "python3 -m venv --system-site-packages ~/mmemb-venv" in cfg["setup_commands"][0]
     (install,) = [c for c in cfg["setup_commands"] if "pip install -q -e ~/mmemb " in c]
@@ -203,19 +214,20 @@ def test_local_setup_installs_the_torch_the_machine_needs(tmp_path, gpu, has_tor
     # this python has a torch (a CPU one: `torch.version.cuda` is None) or none
     (fake / "python").write_text('#!/bin/sh\nexec "$REAL" "$@"\n' if has_torch else "#!/bin/sh\nexit 1\n")
     # pip logs what it was asked, then "installs" a torch: this machine's (a CPU build)
-    (fake / "pip").write_text(f'#!/bin/sh\necho "PIP_CONFIG_FILE=$PIP_CONFIG_FILE $*" >> {log}\n'
+    (fake / "pip").write_text(f'#!/bin/sh\necho "PIP_PROXY=$PIP_PROXY $*" >> {log}\n'
                               f"printf '#!/bin/sh\\nexec \"$REAL\" \"$@\"\\n' > {fake}/python\n")
     for f in fake.iterdir():
         f.chmod(0o755)
     env = {"PATH": f"{fake}:/usr/bin:/bin", "REAL": sys.executable, "HOME": str(tmp_path),
-           "PIP_FIND_LINKS": "/opt/cpu-wheels"}  # a pip configuration the step must not rely on
+           "PIP_PROXY": "http://proxy.lab:3128"}  # the lab's only way out: kept
     done = subprocess.run(["bash", "-c", torch_step(cfg)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     calls = log.read_text().splitlines() if log.exists() else []
     if wants is None:
         assert calls == []  # kept
     else:
-        assert calls == [f"PIP_CONFIG_FILE=/dev/null install -q --isolated {wants}"], calls
+        assert calls == [f"PIP_PROXY=http://proxy.lab:3128 install -q {wants}"], calls
+        assert "--isolated" not in torch_step(cfg) and "PIP_CONFIG_FILE" not in torch_step(cfg)
     # a GPU machine left with a CPU torch (this one's) is told so: its runs would not use the GPU
     assert ("has a GPU but its torch is a CPU build" in done.stderr) == gpu
     if not has_torch:  # a failed install fails the setup
@@ -249,7 +261,26 @@ def test_setup_environment(path, tmp_path):
     assert env["MLFLOW_DISABLE_TELEMETRY"] == "true"
     assert env["RAY_USAGE_STATS_ENABLED"] == "0"
     bashrc = (tmp_path / ".bashrc").read_text().splitlines()
-    assert bashrc[0] == "# the user's own" and bashrc.count(". ~/.mmemb_env") == 1
+    assert bashrc[0] == "# the user's own" and len(bashrc) == 2 and ". ~/.mmemb_env" not in bashrc
+    assert bashrc[1].startswith('case "$BASH_EXECUTION_STRING" in') and ". ~/.mmemb_env" in bashrc[1]
+
+
+@pytest.mark.parametrize("path", [AWS, LOCAL], ids=lambda p: p.name)
+def test_a_colleagues_shell_on_the_shared_account_is_left_alone(path, tmp_path):
+    """Issue 47: the setup made every shell of the account the cluster's (its RAY_ADDRESS, its
+    `ray stop` stopping the whole cluster). Only Ray's command shells read it now; an older
+    setup's unconditional line is replaced."""
+    cfg = raw(path)
+    (tmp_path / ".bashrc").write_text("# the user's own\n. ~/.mmemb_env\n")
+    ours = sourced_env(cfg, tmp_path)
+    assert ours["MMEMB_RAY_TMP"].startswith("/tmp/ray-mmemb") and "BASH_FUNC_ray%%" in ours
+    for shell in (["bash", "-i", "-c", "env"], ["bash", "--login", "-i", "-c", "env"],
+                  ["bash", "-c", ". ~/.bashrc; env"]):
+        theirs = sourced_env(cfg, tmp_path, shell)
+        assert "MMEMB_RAY_TMP" not in theirs and "RAY_ADDRESS" not in theirs, shell
+        assert "BASH_FUNC_ray%%" not in theirs, shell
+    assert (tmp_path / ".bashrc").read_text().splitlines()[0] == "# the user's own"
+    assert ". ~/.mmemb_env" not in (tmp_path / ".bashrc").read_text().splitlines()
 
 
 def test_mlflow_runs_on_the_head_only():

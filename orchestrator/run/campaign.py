@@ -166,9 +166,12 @@ class Session:
 
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
+        from trainables.runtime import ray_address, shipping
         from trainables.runtime.ray_env import init_ray
 
         opts, c = self.opts, self.campaign
+        ray_address.check(opts.address)  # nobody at the address: one line, before the parent run
+        shipping.check()  # user code Ray would refuse to ship, or ship without a file it imports
         print(f"{c.parent_name}: starting Ray"
               + (f" on the cluster at {opts.address}" if opts.address else " on this machine"),
               flush=True)  # the first line of the live view comes once Tune runs

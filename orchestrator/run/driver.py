@@ -14,7 +14,11 @@ host, start, command), which the refusal names. ``--queue`` waits for the holder
 
 A tracking server shared by machines that share no folder is covered by the parent run itself:
 while a driver runs on a non-sqlite store, it refreshes ``mmemb.heartbeat`` on its parent, and a
-second driver of the plan that finds a fresh heartbeat refuses (or waits) the same way.
+second driver of the plan that finds a fresh heartbeat refuses (or waits) the same way. A
+heartbeat whose driver ran on this very host is trusted only while that process lives (its PID
+with the same start time): a driver killed with its machine's Ray (`ray up` restarting the head)
+is resumed at once. One on another host is trusted until it is ``STALE_S`` old, and the refusal
+says how long that is.
 """
 
 from __future__ import annotations
@@ -39,12 +43,38 @@ STALE_S = 5 * HEARTBEAT_S
 
 
 def identity() -> dict[str, Any]:
-    """Who this driver is: process, host, start time and command line."""
+    """Who this driver is: process (with its start time in the kernel's clock ticks, which a
+    later process given the same PID does not share), host, start time and command line."""
     from orchestrator.tracking.uris import masked_args
 
     # Stored in MLflow and shown to colleagues: a password in a URI argument stays out.
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+    return {"pid": os.getpid(), "pid_start": process_start(os.getpid()),
+            "host": socket.gethostname(), "started": time.time(),
             "command": " ".join(["python", *masked_args(sys.argv)])[:500]}
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot; None where it is gone (or
+    the system has no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def alive_here(holder: dict[str, Any]) -> bool | None:
+    """Whether a driver that ran on this host still runs: its PID lives, with the start time it
+    recorded. None where that cannot be told (another host, no PID, no /proc)."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return None
+    if not Path("/proc/self/stat").exists():
+        return None
+    start = process_start(holder["pid"])
+    if start is None:
+        return False
+    recorded = holder.get("pid_start")
+    return recorded is None or recorded == start  # an older driver recorded no start time
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -127,10 +157,27 @@ def live_driver(tags: dict[str, str], now: float | None = None) -> dict[str, Any
         holder = json.loads(tags.get(DRIVER_TAG, "{}") or "{}")
     except ValueError:
         holder = {}
+    if not isinstance(holder, dict):
+        holder = {}
     me = identity()
     if holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
         return None
-    return holder
+    if alive_here(holder) is False:  # it ran on this host and is gone: stale now
+        return None
+    return {**holder, "beat": beat}
+
+
+def stale_in(holder: dict[str, Any], now: float | None = None) -> str:
+    """How long until a driver on another host that stopped beating counts as gone."""
+    now = time.time() if now is None else now
+    beat = holder.get("beat")
+    if not isinstance(beat, (int, float)):
+        return ""
+    left = max(0, round(beat + STALE_S - now))
+    at = time.strftime("%H:%M:%S", time.localtime(now + left))
+    return (f"; its last heartbeat is {round(now - beat)} s old: if that driver is gone (its "
+            f"machine crashed), run this again in {left} s (at {at}), when the heartbeat is "
+            f"{STALE_S:.0f} s old")
 
 
 def check_store(tracker: Any, plan_id: str, what: str, queue: bool,
@@ -146,7 +193,7 @@ def check_store(tracker: Any, plan_id: str, what: str, queue: bool,
         if not queue:
             raise ValueError(f"{what} is already running: {describe(holders[0])} (its parent run "
                              "has a fresh heartbeat); wait for it to end, or add --queue to wait "
-                             "for it here")
+                             f"for it here{stale_in(holders[0])}")
         (say or _say)(f"waiting for {describe(holders[0])} to end (--queue)")
         say = lambda _line: None  # noqa: E731  (said once)
         time.sleep(poll_s)

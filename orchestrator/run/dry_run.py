@@ -26,7 +26,10 @@ def dry_run_arrays(members: Sequence[RunPlan], array_keys: Mapping[str, str], na
     """The arrays a campaign would run and how many at once, without starting anything (the
     resources were checked against this machine by ``preflight.check_campaign``)."""
     from orchestrator.run.preflight import array_resources
+    from trainables.runtime import shipping
 
+    for line in shipping.check():  # refused here what the run's workers would not get
+        print(f"checked: {line}")
     res, _ = array_resources(opts, members)
     if opts.address:
         slots, res = cluster_slots(opts, members, res)
@@ -72,7 +75,7 @@ def cluster_slots(opts: Options, members: Sequence[RunPlan], res: Any) -> tuple[
     from orchestrator.run.resources import cluster_nodes
     from trainables.runtime.ray_env import init_ray, root_cause
 
-    try:
+    try:  # (an address nobody answers was refused before the plan: cli.options)
         init_ray(opts.address, log_to_driver=False)
     except Exception as e:
         print(f"note: the Ray cluster at {opts.address} did not answer ({root_cause(e)}); the "

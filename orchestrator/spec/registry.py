@@ -123,6 +123,9 @@ def _from_file(path: str, attr: str) -> Any:
     finally:
         if added:
             sys.path.remove(folder)
+    from trainables.runtime import shipping
+
+    shipping.add(p.parent)  # the file's folder goes to every Ray worker (what it imports too)
     if not hasattr(mod, attr):
         kind = "Grid" if attr == "GRID" else "SearchSpace"
         raise ValueError(f"{p} defines no {attr}; declare {attr} = {kind}(...) as search_spaces/ do")

@@ -8,9 +8,11 @@ bridge in the first machine's namespace that every later machine is plugged into
 A port forwarded to a machine's 127.0.0.1 (an SSH tunnel) is reachable only through the tunnel,
 as between real machines. The host's ports, processes, network, home and /tmp are never touched.
 
-The lab has no route out. pip inside reaches the package index through a CONNECT proxy that this
-process serves on 127.0.0.1:3128 of each machine (`PIP_PROXY`, set by each machine's sshd);
-nothing else is proxied.
+The lab has no route out. pip inside reaches packages only through a proxy that this process
+serves on 127.0.0.1:3128 of each machine (`PIP_PROXY`, set by each machine's sshd): HTTPS to the
+package indexes (CONNECT to port 443), and the lab's own wheel mirror, `http://wheels.lab/`
+(`Lab(mirror=...)`: a find-links page of the host folders' wheels, as a lab's devpi or Artifactory
+would serve them); nothing else is proxied.
 
 Killing a machine's init (PID 1 of its namespace) makes the kernel kill every process in it, so
 `Lab.close()` leaves nothing behind even when a test fails; the `unshare` holding each machine
@@ -32,10 +34,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PROXY_PORT = 3128
+MIRROR = "wheels.lab"
+"""the host name of the lab's wheel mirror, reachable only through the proxy"""
 NETWORK = "10.77.0.0/24"
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
@@ -182,8 +187,13 @@ class Machine:
 class Lab:
     """Machines in private namespaces on one private network; `close()` removes every trace."""
 
-    def __init__(self, scratch: Path):
+    def __init__(self, scratch: Path, mirror: Sequence[Path] = ()):
         self.scratch = scratch
+        self.mirror = {w.name: w for folder in mirror if folder.is_dir()
+                       for w in sorted(folder.glob("*.whl"))}
+        """the wheels `http://wheels.lab/` serves (through the proxy), by file name"""
+        self.served: list[str] = []
+        """each wheel the mirror sent, in full, once per download"""
         self.machines: list[Machine] = []
         self._proxies: list[socket.socket] = []
         self._closing = threading.Event()
@@ -326,6 +336,9 @@ class Lab:
                     return
                 head += chunk
             method, target, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if method in ("GET", "HEAD") and target.startswith(f"http://{MIRROR}/"):
+                self._serve_mirror(client, method, target[len(f"http://{MIRROR}/"):])
+                return
             host, _, port = target.rpartition(":")
             if method != "CONNECT" or port != "443":  # pip speaks HTTPS; nothing else goes out
                 client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -345,6 +358,31 @@ class Lab:
                 pump.start()
                 _pipe(client, upstream)
                 pump.join()
+
+    def _serve_mirror(self, client: socket.socket, method: str, path: str) -> None:
+        """The mirror: its find-links page at /, each wheel at /NAME (a plain HTTP GET)."""
+        path = urllib.parse.unquote(path.split("?", 1)[0])  # pip asks for ...%2Bcpu...
+        if path == "":
+            links = "".join(f'<a href="/{urllib.parse.quote(n)}">{n}</a>\n' for n in self.mirror)
+            body, size = f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode(), None
+        elif path in self.mirror:
+            body, size = None, self.mirror[path].stat().st_size
+        else:
+            client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            return
+        kind = "text/html" if body is not None else "application/octet-stream"
+        length = len(body) if body is not None else size
+        client.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n"
+                       "Connection: close\r\n\r\n".encode())
+        if method == "HEAD":
+            return
+        with contextlib.suppress(OSError):
+            if body is not None:
+                client.sendall(body)
+            else:
+                with open(self.mirror[path], "rb") as fh:
+                    client.sendfile(fh)
+                self.served.append(path)
 
     # --- teardown --------------------------------------------------------------------------
 

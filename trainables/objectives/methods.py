@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import torch
 
 from trainables.objectives.core import angular_margin_logits, diagonal_cross_entropy
+from trainables.runtime import shipping
 from trainables.runtime.checks import Number, check_fields, leaf_fields
 from trainables.runtime.user_code import ImportExited, importing
 
@@ -351,6 +352,8 @@ def register(method: type[Method] | Method) -> Any:
         if f.default is MISSING and f.default_factory is MISSING:
             raise ValueError(f"{where}: setting {f.name!r} needs a default (the method's value)")
     source = (cls.__module__, _module_file(cls.__module__))
+    if source[1] is not None and not is_builtin_module(source[0]):
+        shipping.add_code(source[0], source[1])  # a user's method: its folder goes to the workers
     old = _METHODS.get(name)
     if old is not None and (type(old).__module__, type(old).__qualname__) != (
             cls.__module__, cls.__qualname__):
@@ -479,7 +482,8 @@ def load_methods(items: Iterable[str]) -> list[str]:
                 raise ValueError(f"--methods {item}: no such file; pass a .py file that "
                                  "registers a method, or an importable module")
             file = str(path.resolve())
-            mod = _load_file(path.stem, file)
+            # as a worker will: its folder first on the import path (and shipped to the workers)
+            mod = _import_user(path.stem, file, shipping.add(path.resolve().parent))
         else:
             file = None
             try:
@@ -498,8 +502,17 @@ def load_methods(items: Iterable[str]) -> list[str]:
 
 
 def _load_source(module: str, file: str | None) -> None:
-    """Import ``module`` when it is the same file as recorded (an installed package, or a folder
-    on the path); otherwise read ``file`` under that module name."""
+    """Import ``module`` from where the driver found it: the worker's copy of the folder Ray
+    shipped (``trainables.runtime.shipping``), else the same file on the import path (an
+    installed package), else the file's folder where this machine has it."""
+    if module in sys.modules:
+        return
+    if file is not None:
+        root = shipping.root_of(module, file)
+        copy = shipping.locate(root)
+        if copy is not None and copy != root:  # shipped by Ray: the driver's version
+            _import_user(module, str(copy / Path(file).relative_to(root)), copy)
+            return
     spec = None
     try:
         spec = importlib.util.find_spec(module)
@@ -516,14 +529,15 @@ def _load_source(module: str, file: str | None) -> None:
                              "its package on every node") from None
         return
     if not Path(file).is_file():
-        raise ValueError(f"method file {file} does not exist on this machine; keep it at the same "
-                         "path on every node (inside the project folder) or install it as a package")
-    _load_file(module, file)
+        raise ValueError(f"method file {file} was not shipped to this worker and does not exist "
+                         "on this machine; give it to the command (--methods, or import it from "
+                         "your grid file) so Ray ships its folder, or install it as a package")
+    _import_user(module, file, shipping.root_of(module, file))
 
 
-def _load_file(module: str, file: str) -> Any:
-    """Execute ``file`` as module ``module`` (kept in ``sys.modules``, so its classes pickle and
-    a second load is a no-op); a broken file is one line naming it."""
+def _import_user(module: str, file: str, root: Path) -> Any:
+    """Import ``module`` (the user's ``file``) with ``root`` first on the import path, as every
+    process of the run does, so it may import modules beside it; a broken file is one line."""
     loaded = sys.modules.get(module)
     if loaded is not None:
         have = getattr(loaded, "__file__", None)
@@ -531,18 +545,17 @@ def _load_file(module: str, file: str) -> Any:
             return loaded
         raise ValueError(f"{file}: a module named {module!r} is already loaded from {have}; "
                          "rename your file")
-    spec = importlib.util.spec_from_file_location(module, file)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[module] = mod
-    try:
-        with importing(file, "method file"):  # code: sys.exit, argparse, Ctrl-C named as such
-            try:
-                spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            except Exception as e:
-                raise ValueError(f"{file}: {type(e).__name__}: {e}; fix that file") from None
-    except BaseException:
+    shipping.put_first(root)
+    importlib.invalidate_caches()  # a file written since this process last looked there
+    with importing(file, "method file"):  # code: sys.exit, argparse, Ctrl-C named as such
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:
+            raise ValueError(f"{file}: {type(e).__name__}: {e}; fix that file") from None
+    got = getattr(mod, "__file__", None)
+    if not got or Path(got).resolve() != Path(file).resolve():
         sys.modules.pop(module, None)
-        raise
+        raise ValueError(f"{file}: `import {module}` loads {got} instead; rename your file")
     return mod
 
 

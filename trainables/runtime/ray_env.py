@@ -43,10 +43,17 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_to_dri
     # Ray's own INFO/WARNING lines in workers (report echoes, state-API retries without a
     # dashboard) would drown the dev curve the run prints; errors still come through.
     quiet = ray.LoggingConfig(log_level="ERROR")
+    from trainables.runtime import shipping
+
+    # the user's method, grid and search files: Ray ships their folders to every worker
+    ship = {"runtime_env": env} if (env := shipping.runtime_env()) else {}
     if address:
-        ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet)
+        from trainables.runtime import ray_address
+
+        ray_address.check(address)  # nobody there: one line now, not Ray's minutes of retries
+        ray.init(address=address, log_to_driver=log_to_driver, logging_config=quiet, **ship)
     else:
-        ray.init(
+        ray.init(**ship,
             # "local": always a fresh embedded instance, never a cluster someone `ray start`ed here
             address="local",
             num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
