@@ -31,7 +31,7 @@ __all__ = ["main"]
 
 def parser() -> argparse.ArgumentParser:
     from orchestrator import cli
-    from trainables.runtime.checks import POSITIVE
+    from trainables.runtime.checks import POSITIVE, count
     from trainables.runtime.command_line import option
 
     p = cli.parser("orchestrator.ray_start", __doc__)
@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ready", metavar="URL", help="--service: wait until this URL answers 200")
     p.add_argument("--timeout", type=option(POSITIVE), default=180.0,
                    help="--service: seconds to wait for --ready (default 180)")
-    p.add_argument("--attempts", type=int, choices=range(1, 11), default=3, metavar="N",
+    p.add_argument("--attempts", type=option(count(1)), default=3, metavar="N",
                    help="`ray start`: start it again after a failure, up to N times in all "
                    "(default 3)")
     p.add_argument("command", nargs=argparse.REMAINDER,
