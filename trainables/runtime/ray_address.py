@@ -24,9 +24,9 @@ def resolved(address: str) -> str | None:
     if address in ("local", ""):
         return None
     try:
-        from ray._private.services import get_ray_address_from_environment
+        from trainables.runtime.ray_env import address_from_environment
 
-        found = get_ray_address_from_environment(address, None)
+        found = address_from_environment(address)
     except Exception:  # no cluster recorded here: Ray's own error says so at once
         return None
     if not found or found in ("auto", "local"):

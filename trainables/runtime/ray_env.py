@@ -279,3 +279,21 @@ def quiet_train_reports() -> None:
     import ray.train.v2._internal.execution.context as train_context
 
     train_context.logger.setLevel(logging.WARNING)
+
+
+def address_from_environment(address: str) -> str | None:
+    """The address ``ray.init(address)`` would join (``$RAY_ADDRESS`` first, ``auto`` read from
+    the cluster recorded here), by Ray's own private lookup: read here, in one place."""
+    from ray._private.services import get_ray_address_from_environment
+
+    return get_ray_address_from_environment(address, None)
+
+
+def walk_shipped(folder: Path, excludes: list[str], take: Callable[[Path], None],
+                 include_gitignore: bool) -> None:
+    """Call ``take`` on each path Ray's runtime environment would upload of ``folder``, by Ray's
+    own private walk and ignore rules (so the check and the upload cannot disagree)."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    _dir_travel(folder, [_get_excludes(folder, excludes)], take,
+                include_gitignore=include_gitignore)

@@ -137,7 +137,7 @@ def locate(root: Path) -> Path | None:
 
 def shipped_files(folder: Path) -> tuple[set[Path], int]:
     """The files Ray would ship of ``folder`` (its own ignore rules) and their total size."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+    from trainables.runtime.ray_env import walk_shipped
 
     include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
     files: set[Path] = set()
@@ -148,8 +148,7 @@ def shipped_files(folder: Path) -> tuple[set[Path], int]:
             files.add(p.resolve())
             total[0] += p.stat().st_size
 
-    _dir_travel(folder, [_get_excludes(folder, list(EXCLUDES))], take,
-                include_gitignore=include_gitignore)
+    walk_shipped(folder, list(EXCLUDES), take, include_gitignore)
     return files, total[0]
 
 
