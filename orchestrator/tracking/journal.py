@@ -50,20 +50,10 @@ __all__ = ["PENDING", "Journal", "entries", "parents", "retire", "upload"]
 
 def retry_s() -> float:
     """``$MMEMB_JOURNAL_RETRY_S``, or :data:`RETRY_S`."""
-    import math
+    from orchestrator.tracking.store_lock import seconds_from_env
 
-    raw = os.environ.get(RETRY_ENV, "").strip()
-    if not raw:
-        return RETRY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"${RETRY_ENV}={raw!r} must be a number of seconds >= 0 (how long the "
-                         f"journal waits before it asks a store that failed again); unset it for "
-                         f"{RETRY_S:g} s")
-    return value
+    return seconds_from_env(RETRY_ENV, RETRY_S, "how long the journal waits before it asks a "
+                            "store that failed again")
 
 
 def fallback_dirs() -> list[Path]:

@@ -18,19 +18,25 @@ MLFLOW_BUSY_S = 20.0
 
 def store_busy_s() -> float:
     """``$MMEMB_STORE_BUSY_S``, or :data:`STORE_BUSY_S`."""
+    return seconds_from_env(STORE_BUSY_ENV, STORE_BUSY_S,
+                            "how long to wait for a store another process holds locked")
+
+
+def seconds_from_env(name: str, default: float, what: str) -> float:
+    """A wait in seconds from ``$name`` (``default`` where unset or blank); anything but a finite
+    number >= 0 is a ValueError whose message is the one line to print."""
     import math
 
-    raw = os.environ.get(STORE_BUSY_ENV)
+    raw = os.environ.get(name)
     if raw is None or not raw.strip():
-        return STORE_BUSY_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"${STORE_BUSY_ENV}={raw!r} must be a number of seconds >= 0 (how long "
-                         f"to wait for a store another process holds locked); unset it for "
-                         f"{STORE_BUSY_S:g} s")
+        raise ValueError(f"${name}={raw!r} must be a number of seconds >= 0 ({what}); unset it "
+                         f"for {default:g} s")
     return value
 
 
