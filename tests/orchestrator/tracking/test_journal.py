@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from orchestrator import sync
-from orchestrator.tracking.client import TAG, Tracker
+from orchestrator.tracking.client import TAG
 from orchestrator.tracking.journal import PENDING, Journal
 from trainables.models.mlflow_export import DATA
 
@@ -16,11 +14,6 @@ from trainables.models.mlflow_export import DATA
 def plan(cell, seed):
     return {"run_name": f"{cell} | seed {seed}", "key": f"{cell}/seed-{seed}", "grid": "g",
             "cell": cell, "seed": seed, "config_hash": "h", "run": {"lr": 1e-5}}
-
-
-@pytest.fixture()
-def tracker(tmp_path):
-    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
 def test_offline_writes_are_kept_and_replayed(tracker, tmp_path, monkeypatch, capsys):

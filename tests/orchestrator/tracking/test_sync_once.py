@@ -17,16 +17,7 @@ from orchestrator import sync
 from orchestrator.tracking.client import TAG, Tracker
 from orchestrator.tracking.journal import PENDING, Journal
 from orchestrator.tracking.replay import MARK, marks
-
-
-def plan(cell, seed):
-    return {"run_name": f"{cell} | seed {seed}", "key": f"{cell}/seed-{seed}", "grid": "g",
-            "cell": cell, "seed": seed, "config_hash": "h", "run": {"lr": 1e-5}}
-
-
-@pytest.fixture()
-def tracker(tmp_path):
-    return Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+from tests.orchestrator.tracking.test_journal import plan
 
 
 def rows(tracker) -> dict[str, int]:
