@@ -14,31 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainables.conftest import run
 from tests.trainables.hub_server import COMMIT, Serving, paper_hub
 from tests.waiting import wait_for
-from trainables import fetch
 from trainables.config.stores import TEACHER_DIRS, TEACHERS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMCSE = f"{TEACHERS_DIR}/{TEACHER_DIRS['simcse']}"
 CLIP = f"{TEACHERS_DIR}/{TEACHER_DIRS['clip']}"
 CLIP_SNAPSHOT = f"models--openai--clip-vit-large-patch14/snapshots/{COMMIT}"
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("MMEMB_DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setattr(fetch.places, "ENDPOINT", "http://127.0.0.1:9")  # never the real hub
-    return tmp_path
-
-
-def run(url, monkeypatch, *args):
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    return fetch.main(["paper", "--no-progress", *args])
 
 
 def test_a_404_on_vocab_leaves_no_teacher_folder_and_the_next_run_completes_it(
