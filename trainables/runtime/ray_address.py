@@ -24,7 +24,7 @@ def resolved(address: str) -> str | None:
     if address in ("local", ""):
         return None
     try:
-        from trainables.runtime.ray_env import address_from_environment
+        from trainables.runtime.ray_private import address_from_environment
 
         found = address_from_environment(address)
     except Exception:  # no cluster recorded here: Ray's own error says so at once

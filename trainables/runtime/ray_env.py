@@ -169,7 +169,7 @@ def _to_dump_log(lines: list[str]) -> None:
         import tempfile
 
         try:
-            import ray._private.worker as rw
+            from trainables.runtime.ray_private import worker as rw
 
             folder = Path(rw._global_node.get_logs_dir_path())
         except Exception:  # no node (a unit test): the temp folder
@@ -191,7 +191,7 @@ def quiet_raylet() -> None:
     been started ...``) between the live view's lines, again and again. Where Ray's printer moved
     (another version), nothing changes.
     """
-    import ray._private.worker as rw
+    from trainables.runtime.ray_private import worker as rw
 
     original = getattr(rw, "print_to_stdstream", None)
     if original is None or getattr(original, "_mmemb_quiet", False):
@@ -236,18 +236,18 @@ def warn_once(key: str, line: str) -> None:
 
 
 def private_state_api() -> tuple[Callable[[], list[bytes]], Callable[[str], str | None]] | None:
-    """(placement-group rows, actor state by id) from Ray's private ``ray._private.state``, or None
+    """(placement-group rows, actor state by id) from Ray's private state module (``ray_private.state``), or None
     (with one warning line) where this Ray version moved it: the public state API needs the
     dashboard (``ray[default]``), which the embedded Ray does not start (docs/ecosystem-notes.md §4)."""
     try:
-        from ray._private import state as private
+        from trainables.runtime.ray_private import state as private
 
         accessor = private.state._connect_and_get_accessor
         actors = private.actors
     except (ImportError, AttributeError) as e:
         import ray
 
-        warn_once("private-state", f"Ray {ray.__version__} has no ray._private.state ({e}); "
+        warn_once("private-state", f"Ray {ray.__version__} has no private state module ({e}); "
                   "placement groups of stopped or lost runs are not released automatically, so "
                   "a table may hang after a node leaves: pin ray 2.60 (pyproject.toml)")
         return None
@@ -280,20 +280,3 @@ def quiet_train_reports() -> None:
 
     train_context.logger.setLevel(logging.WARNING)
 
-
-def address_from_environment(address: str) -> str | None:
-    """The address ``ray.init(address)`` would join (``$RAY_ADDRESS`` first, ``auto`` read from
-    the cluster recorded here), by Ray's own private lookup: read here, in one place."""
-    from ray._private.services import get_ray_address_from_environment
-
-    return get_ray_address_from_environment(address, None)
-
-
-def walk_shipped(folder: Path, excludes: list[str], take: Callable[[Path], None],
-                 include_gitignore: bool) -> None:
-    """Call ``take`` on each path Ray's runtime environment would upload of ``folder``, by Ray's
-    own private walk and ignore rules (so the check and the upload cannot disagree)."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
-
-    _dir_travel(folder, [_get_excludes(folder, excludes)], take,
-                include_gitignore=include_gitignore)

@@ -137,7 +137,7 @@ def locate(root: Path) -> Path | None:
 
 def shipped_files(folder: Path) -> tuple[set[Path], int]:
     """The files Ray would ship of ``folder`` (its own ignore rules) and their total size."""
-    from trainables.runtime.ray_env import walk_shipped
+    from trainables.runtime.ray_private import walk_shipped
 
     include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
     files: set[Path] = set()

@@ -1,7 +1,7 @@
 """Every private API the project leans on exists in the installed versions, and each is read in one
 place: a Ray or torch upgrade that moves one fails here, by name, instead of silently somewhere.
 
-Where: ``trainables/runtime/ray_env.py`` (Ray's ``_private.state``, ``_private.worker``, Train V2's
+Where: ``trainables/runtime/ray_private.py`` (Ray's ``_private`` modules), ``ray_env.py`` (Train V2's
 ``_internal`` context) and ``trainables/arrays/kernels.py`` (torch's fused AdamW kernel and its
 multi-tensor ``_foreach_`` calls, each checked against its schema at import, with a public
 fallback). No other module of the project, its benchmarks or its examples calls a private torch
@@ -20,7 +20,7 @@ from trainables.arrays import kernels
 
 KERNELS = "trainables/arrays/kernels.py"
 PLACES = {
-    "ray._private": "trainables/runtime/ray_env.py",
+    "ray._private": "trainables/runtime/ray_private.py",
     "ray.train.v2._internal": "trainables/runtime/ray_env.py",
     "torch._fused_adamw_": KERNELS,
     "torch._foreach_norm": KERNELS,
