@@ -100,6 +100,19 @@ def test_a_file_the_code_imports_but_ray_would_leave_out_is_refused(fresh, tmp_p
         sys.modules.pop("left_out", None)
 
 
+def test_a_module_naming_a_relative_file_is_no_file_of_the_folder(fresh, tmp_path, monkeypatch):
+    """torch.ops says its __file__ is "_ops.py"; run from inside the code's folder, that name used
+    to resolve there and refuse a grid the user never had a file for."""
+    import types
+
+    shipping.add(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "fake_ops", types.ModuleType("fake_ops"))
+    sys.modules["fake_ops"].__file__ = "_ops.py"
+    (line,) = shipping.check()
+    assert f"user code: {tmp_path.resolve()} goes to every worker" in line
+
+
 def test_a_folder_over_rays_limit_is_refused_before_ray_starts(fresh, tmp_path, monkeypatch):
     (tmp_path / "big.bin").write_bytes(b"\0" * 2**20)
     shipping.add(tmp_path)
