@@ -18,11 +18,12 @@ import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainables.config.run_config import RunConfig, load_yaml, parse_cli_overrides
+if TYPE_CHECKING:  # the configs' module imports torch: a Tune trial and Train's controller
+    from trainables.config.run_config import RunConfig  # load this module and compute nothing
 
 FINAL_KEY = "final"
 """metric set to 1 on the last report, which carries each member's seven test scores"""
@@ -97,6 +98,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ray.train.report({"step": done.get("step", 0), FINAL_KEY: 1, "placement_group": pg_id,
                               "members": final_members(done["final"], done["failed"], models)})
             return
+    from trainables.config.run_config import RunConfig
+
     members = [(m["key"], RunConfig.from_dict(m["run"])) for m in config["members"]]
     trainer = ArrayTrainer(members, device=ray.train.torch.get_device(), rank=rank, world=world,
                            halving=config.get("halving"), groups=config.get("groups"))
@@ -156,13 +159,17 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, storage_path: str,
-                      callbacks: list | None = None, max_failures: int = 0, cpus: float = 1.0,
-                      gpus: float = 1.0, owner: str | None = None, keep_checkpoints: bool = False,
+def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]]], name: str,
+                      storage_path: str, callbacks: list | None = None, max_failures: int = 0,
+                      cpus: float = 1.0, gpus: float = 1.0, owner: str | None = None,
+                      keep_checkpoints: bool = False,
                       halving: tuple[Sequence[int], float] | None = None,
-                      groups: dict[str, str] | None = None, progress: Any = None):
-    """Build and fit the TorchTrainer of one array; returns Ray's Result (raises on failure).
+                      groups: dict[str, str] | None = None, progress: Any = None,
+                      methods: Mapping[str, Any] | None = None):
+    """Build and fit the Ray Train run of one array; returns Ray's Result (raises on failure).
 
+    ``members`` are (key, RunConfig or its ``to_dict()``); a Tune trial passes dicts, with the
+    plug-in ``methods``' sources resolved by the driver, so it never imports torch.
     ``cpus``/``gpus`` are per worker; a fractional ``gpus`` packs several arrays on one GPU
     (Ray's fractions are logical: size the arrays to fit the GPU's memory). ``owner`` is the
     calling Tune trial's actor id, so the run ends itself if the trial is stopped.
@@ -171,26 +178,31 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
     the array's step every few seconds (``orchestrator.run.trial``: the live view's steps).
     """
     import ray.train
-    from ray.train.torch import TorchTrainer
 
-    from trainables.objectives.methods import sources
     from trainables.runtime.faults import forwarded_env
     from trainables.runtime.ray_env import cluster_has_gpu
 
-    cfg = members[0][1]
-    use_gpu = bool(cfg.use_gpu) if cfg.use_gpu is not None else cluster_has_gpu()
+    runs = [(k, c if isinstance(c, Mapping) else c.to_dict()) for k, c in members]
+    if methods is None:
+        from trainables.objectives.methods import sources
+
+        methods = sources({r["objective"]["method"] for _, r in runs})
+    first = runs[0][1]
+    use_gpu = bool(first["use_gpu"]) if first.get("use_gpu") is not None else cluster_has_gpu()
     use_gpu = use_gpu and gpus > 0
-    trainer = TorchTrainer(
+    workers = int(first.get("num_workers", 1))
+    trainer_class = trainer_for(workers)
+    trainer = trainer_class(
         train_loop_per_worker,
         train_loop_config={
-            "members": [{"key": k, "run": c.to_dict()} for k, c in members],
+            "members": [{"key": k, "run": r} for k, r in runs],
             # where the members' plug-in methods live: the workers load them before the configs
-            "methods": sources({c.objective.method for _, c in members}),
+            "methods": dict(methods),
             "threads": max(1, round(cpus)), "owner": owner, "keep_checkpoints": keep_checkpoints,
             "halving": halving, "groups": groups or {}, "progress": progress,
         },
         scaling_config=ray.train.ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=use_gpu,
+            num_workers=workers, use_gpu=use_gpu,
             resources_per_worker={"CPU": cpus, **({"GPU": gpus} if use_gpu else {})},
         ),
         run_config=ray.train.RunConfig(
@@ -207,6 +219,26 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig]], name: str, stora
         ),
     )
     return trainer.fit()
+
+
+def trainer_for(workers: int) -> Any:
+    """Ray Train's trainer class for an array of ``workers`` workers.
+
+    Several workers average their gradients through torch.distributed: ``TorchTrainer`` sets up
+    its process group. One worker needs none, and ``TorchTrainer``'s backend would import torch
+    in Train's controller (a process that only schedules): the plain data-parallel trainer with
+    Ray's base backend runs the same loop with the same resources.
+    """
+    if workers > 1:
+        from ray.train.torch import TorchTrainer
+
+        return TorchTrainer
+    from functools import partial
+
+    from ray.train.backend import BackendConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    return partial(DataParallelTrainer, backend_config=BackendConfig())
 
 
 def parser() -> argparse.ArgumentParser:
@@ -232,6 +264,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from trainables.config.profiles import build_config
+    from trainables.config.run_config import load_yaml, parse_cli_overrides
     from trainables.runtime.command_line import writable_folder
     from trainables.runtime.ray_env import init_ray, root_cause, storage_uri
 

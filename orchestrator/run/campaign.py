@@ -352,6 +352,7 @@ class Session:
         from ray import tune
 
         from orchestrator.run.interrupts import keep_sigint
+        from orchestrator.run.launch import launch_of
         from orchestrator.run.placement import cleanup_callback
         from orchestrator.run.trial import trial_fn
         from orchestrator.spec.grids import path_part
@@ -363,7 +364,8 @@ class Session:
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
         os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
         tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(trial_fn, arrays=arrays),
+            tune.with_resources(tune.with_parameters(trial_fn,
+                                                     arrays=[launch_of(a) for a in arrays]),
                                 TRIAL_DRIVER_RESOURCES),
             param_space={"index": tune.grid_search(list(range(len(arrays))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=self.slots,

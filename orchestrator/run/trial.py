@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.train.v2.api.callback import UserCallback
 
-from orchestrator.spec.plan import ArrayPlan
+from orchestrator.run.launch import Launch
 
 _POLL_S = 0.5  # how often the forwarder looks whether the run has ended
 
@@ -25,11 +25,12 @@ class TrialFailed(RuntimeError):
     """A run failed; the message is its root cause (OutOfMemoryError, a worker's error, ...)."""
 
 
-def trial_fn(config: dict[str, Any], arrays: Sequence[ArrayPlan]) -> None:
+def trial_fn(config: dict[str, Any], arrays: Sequence[Launch]) -> None:
     """The Tune trainable: runs ``arrays[config["index"]]``.
 
     Tune sees only the index: its variant resolution walks and rewrites config values (a
-    dataclass would not come out whole), so the plans travel by ``tune.with_parameters``.
+    dataclass would not come out whole), so the arrays travel by ``tune.with_parameters``, as
+    plain values (``launch.py``): this process imports Ray, never torch.
     """
     import ray
 
@@ -45,11 +46,11 @@ def trial_fn(config: dict[str, Any], arrays: Sequence[ArrayPlan]) -> None:
         # Rank 0's progress goes on the reports' queue, so it reaches Tune in the same order.
         queue = next((c.queue for c in callbacks if isinstance(c, QueueReports)), None)
         return run_torch_trainer(
-            [(m.key, m.run) for m in plan.members], plan.name, plan.storage,
+            list(plan.members), plan.name, plan.storage,
             callbacks=callbacks, max_failures=plan.max_failures, cpus=plan.cpus,
             gpus=plan.gpus, owner=owner, keep_checkpoints=plan.keep_checkpoints,
-            halving=plan.halving, groups={m.key: m.group for m in plan.members if m.group},
-            progress=queue,
+            halving=plan.halving, groups=dict(plan.groups), progress=queue,
+            methods=dict(plan.methods),
         )
 
     try:

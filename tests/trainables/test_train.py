@@ -4,7 +4,9 @@ re-reported from its final checkpoint, and the CLI's errors."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -75,9 +77,18 @@ def test_killed_worker_restarts_from_checkpoint_with_same_result(tiny_bert, tmp_
 
 
 def test_nan_drops_its_member_with_step_and_term(tiny_bert, tmp_path, ray_session, monkeypatch):
+    """Also: a one-worker array's Train controller, which only schedules, never imports torch
+    (the members travel as dicts, the trainer has no torch backend)."""
+    from tests.trainables.controller_probe import ControllerProbe
+
     bad, good = tiny(tiny_bert, tmp_path, "mcse", max_steps=3), tiny(tiny_bert, tmp_path, "mcse", max_steps=3, seed=1)
     monkeypatch.setenv("MMEMB_FAULT_INJECT", f"nan:2:{bad.config_hash()}")
-    res = train.run_torch_trainer([("bad", bad), ("good", good)], "nan", str(tmp_path / "runs"))
+    probe = tmp_path / "controller.json"
+    res = train.run_torch_trainer([("bad", bad.to_dict()), ("good", good.to_dict())], "nan",
+                                  str(tmp_path / "runs"), callbacks=[ControllerProbe(probe)],
+                                  methods={})
+    seen = json.loads(probe.read_text())
+    assert seen["pid"] != os.getpid() and seen["torch"] is False
     got = members(res.metrics)
     assert got["bad"]["failed"] == 1
     assert got["bad"]["error"].startswith("non-finite loss at step 2: term 'total'")
