@@ -124,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.spec.registry import load_space
     from orchestrator.spec.spaces import searched_keys
     from orchestrator.spec.validate import validate_space
+    from orchestrator.tracking.uris import masked
     from trainables.config.profiles import build_config, profile_overrides
 
     opts = cli.options(args)
@@ -154,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds in "
               f"rounds of {sa.round_size}, then {sa.finalists} finalists x {len(sa.finalist_seeds)} "
               f"seeds, then the winner and the baseline on seeds {list(sa.confirm_seeds)}; study "
-              f"{storage_url}")
+              f"{masked(storage_url)}")
         if sa.halving:  # the run says it again if it happens; the plan should not promise more
             print(f"(finalists: the best {sa.finalists} configurations that complete their round; "
                   "one pruned by successive halving is not eligible, so there may be fewer)")
@@ -164,7 +165,8 @@ def _run(args: argparse.Namespace) -> int:
     steps = data.total_steps[probe[0].key]
     with Session(campaign, opts, {}) as session:
         print(f"{space.title}\n{sa.num_samples} configurations x {len(sa.search_seeds)} seeds; "
-              f"MLflow parent {session.parent} at {session.tracker.uri}; study {storage_url}",
+              f"MLflow parent {session.parent} at {masked(session.tracker.uri)}; study "
+              f"{masked(storage_url)}",
               flush=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(

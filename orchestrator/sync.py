@@ -34,6 +34,7 @@ def _run(args: argparse.Namespace) -> int:
     from orchestrator.tracking.client import Tracker, check_reachable
     from orchestrator.tracking.journal import entries, parents, retire
     from orchestrator.tracking.replay import Replayer, quiet_mlflow
+    from orchestrator.tracking.uris import masked
 
     journal = Path(args.journal)
     if not journal.is_file() and journal.with_suffix(".uploaded").is_file():
@@ -57,23 +58,25 @@ def _run(args: argparse.Namespace) -> int:
                              "it again would log every result twice; nothing was uploaded. To "
                              "upload it anyway, rename it to end in .jsonl")
     applied = sum(replayer.apply(e, str(journal)) for e in items)
-    uri = f" --tracking-uri {args.tracking_uri}" if args.tracking_uri else ""
+    # a password in the URI stays off the console (the user's own URI, or PGPASSWORD, has it)
+    uri = f" --tracking-uri {masked(args.tracking_uri)}" if args.tracking_uri else ""
     tables = parents(journal, tracker, quiet=True)
     if not applied:
-        print(f"nothing to upload: the {len(items)} entries of {journal} are in {tracker.uri} "
+        print(f"nothing to upload: the {len(items)} entries of {journal} are in {masked(tracker.uri)} "
               "already (uploaded before); the store is unchanged")
         for parent in tables:
             print(f"the table's report: python -m orchestrator.report --run {parent}{uri}")
         return 0
     done = journal if journal.suffix == ".uploaded" else retire(journal)
     there = f" ({len(items) - applied} were there already)" if applied < len(items) else ""
-    print(f"uploaded {applied} entries to {tracker.uri}{there}; journal moved to {done}")
+    print(f"uploaded {applied} entries to {masked(tracker.uri)}{there}; journal moved to {done}")
     rc = 0
     for parent in tables:
         if _is_table(tracker, parent):  # its report, which marks it FINISHED once complete
             from orchestrator import report
 
-            rc = max(rc, report.main(["--run", parent, *uri.split()]))
+            real = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
+            rc = max(rc, report.main(["--run", parent, *real]))
         else:
             print(f"re-render the table: python -m orchestrator.report --run {parent}{uri}")
     return rc

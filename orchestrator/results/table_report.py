@@ -22,6 +22,7 @@ from orchestrator.analysis import plots, tables
 from orchestrator.spec.grids import path_part
 from orchestrator.tracking.client import Tracker
 from orchestrator.tracking.events import report_lines
+from orchestrator.tracking.uris import masked
 
 
 def grid_spec(grid) -> dict[str, Any]:
@@ -104,7 +105,7 @@ def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir:
             transfer, f, kind=kind, x=x if kind == "sweep" else None, xlabel=spec.get("xlabel"),
             metric="transfer/avg")
     write_all(outdir, writers, f"python -m orchestrator.report --run {parent_id} "
-                               f"--tracking-uri {tracker.uri} --out DIR")
+                               f"--tracking-uri {masked(tracker.uri)} --out DIR")
     files = list(writers)
     try:
         for name in files:

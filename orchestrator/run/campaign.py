@@ -115,7 +115,7 @@ class Session:
                 from None
         db = sqlite_path(self.tracker.uri)
         what = (f"python -m {COMMANDS.get(campaign.kind, 'orchestrator')} for {campaign.kind} "
-                f"{campaign.name!r} (plan {campaign.plan_id}) on {self.tracker.uri}")
+                f"{campaign.name!r} (plan {campaign.plan_id}) on {masked(self.tracker.uri)}")
         if not opts.queue:  # a refusal before anything is locked or created (a queued
             self._find_parent()  # command looks once the driver it waits for has ended)
         self.lock = DriverLock(lock_paths(campaign.plan_id, db, opts.storage), what, opts.queue)
