@@ -9,7 +9,8 @@ from orchestrator.tracking.client import Tracker
 
 
 def parent_of(out: str) -> str:
-    found = re.findall(r"MLflow parent run ([0-9a-f]{32})", out)
+    # a table says "MLflow parent run ID at ...", a search "MLflow parent ID at ..."
+    found = re.findall(r"MLflow parent (?:run )?([0-9a-f]{32})", out)
     assert found, out[-3000:]
     return found[-1]
 
