@@ -127,8 +127,11 @@ def test_report_rerenders_from_mlflow_alone(workdir, first_run, tmp_path, capsys
     assert (tmp_path / "report.png").stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_cells_runs_a_subset_for_real_and_resume_of_the_grid_extends_it(workdir, ray_session,
                                                                          tmp_path, capsys):
+    """Three real tables in a row (the default suite's longest test): the extension's rules are
+    tests/orchestrator/tracking/test_extend.py, a resume for real test_resume_runs_only_missing_trials."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     argv = ["--grid", "table3", "--profile", str(workdir / "tiny.yaml"), "--seeds", "0", "1",
             "--storage", str(tmp_path / "runs"), "--tracking-uri", uri]
