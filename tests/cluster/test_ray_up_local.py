@@ -366,7 +366,7 @@ def test_ray_up_table_ray_down(lab):
     assert rc == 0, "\n".join(errors[:40]) + "\n...\n" + out[-3000:]
     mlflow_uri = f"http://127.0.0.1:{ports['mlflow']}"
     (parent,) = [p for p in json.loads(head.run([sys.executable, "-c", MLFLOW_QUERY, mlflow_uri],
-                                                 env=env).stdout) if p["grid"] == "table3"]
+                                                 env=env).stdout) if p["grid"] == "kdmcse_table3"]
     kids = parent["children"]
     trials = [k["trial"] for k in kids]
     assert len(kids) == 20 and len(set(trials)) == 20, trials  # 4 cells x 5 seeds, none twice
