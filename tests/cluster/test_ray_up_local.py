@@ -426,7 +426,18 @@ def test_ray_up_table_ray_down(lab):
     for cmd in sorted(commands, key=lambda c: not c.startswith("ssh ")):
         through(cmd)
 
+    # --- a `ray stop` typed on the head stops the whole cluster, and only it -----------------------
+    _, stopped = sh(STOP_ON_HEAD, 300, check=False)
+    log("ray stop on the head said", lines=[ln for ln in stopped.splitlines()
+                                            if ln.startswith(("stopped", "worker ", "nothing"))])
+    nothing_left("a `ray stop` on the head")
+
+    # --- up again, then `ray down` from the laptop ------------------------------------------------
+    up("ray up again")
+
     # --- a plug-in that exists only on the head (a method importing a module beside it) ----------
+    # on the cluster started again, both nodes fresh: the table above killed the worker's raylet
+    ids = {node_facts(m)["node_id"]: m.name for m in (head, worker)}
     plugin = head.outside("/tmp/plugin")
     plugin.mkdir()
     write_plugin(plugin)
@@ -444,14 +455,6 @@ def test_ray_up_table_ray_down(lab):
     elif not {"head", "worker"} <= {n.split()[0] for n in per_node}:
         problems.append(f"the plug-in's runs did not train on both nodes: {per_node}")
 
-    # --- a `ray stop` typed on the head stops the whole cluster, and only it -----------------------
-    _, stopped = sh(STOP_ON_HEAD, 300, check=False)
-    log("ray stop on the head said", lines=[ln for ln in stopped.splitlines()
-                                            if ln.startswith(("stopped", "worker ", "nothing"))])
-    nothing_left("a `ray stop` on the head")
-
-    # --- up again, then `ray down` from the laptop ------------------------------------------------
-    up("ray up again")
     _, downed = sh(DOWN, 300)
     log("ray down said", lines=[ln for ln in downed.splitlines()
                                 if ln.startswith(("stopped", "worker ", "nothing"))])
