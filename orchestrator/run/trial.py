@@ -5,7 +5,8 @@ thread drains while the trial function runs. When the run returns, its last repo
 scores) can still sit there: Tune then ends the trial without it, or, if anything else reports
 from the training thread at that moment, both threads wait on each other for ever (seen under
 load). Here the Train run goes in a helper thread and the trial's own thread is the only one
-that calls ``tune.report``; it returns once the run has ended and the queue is empty.
+that calls ``tune.report``; it returns once the run has ended and the queue is empty. The queue
+is a :class:`~orchestrator.run.report_channel.ReportChannel` (keys in the GCS), not an actor.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ def forward_reports(run: Callable[[list], Any], report: Callable[[dict], None] |
     run reported, and every report made before ``run`` returned is passed on before this
     returns. ``run``'s exception is raised here, after the reports that preceded it.
     """
-    from ray.util.queue import Empty, Queue
+    from orchestrator.run.report_channel import Empty, ReportChannel
 
     if report is None:
         from ray import tune
 
         report = tune.report
-    reports: Queue = Queue(actor_options={"num_cpus": 0})  # unbounded: the run never waits
+    reports = ReportChannel()  # unbounded: the run never waits
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -104,7 +105,7 @@ def forward_reports(run: Callable[[list], Any], report: Callable[[dict], None] |
 
 
 class QueueReports(UserCallback):
-    """Train callback (it runs in Train's controller): put each report on a Ray queue.
+    """Train callback (it runs in Train's controller): put each report on the trial's channel.
 
     Each item is rank 0's metrics plus ``checkpoint_path`` when the report has a checkpoint,
     the same item Ray's ``TuneReportCallback`` passes on.

@@ -21,6 +21,7 @@ from trainables.arrays import kernels
 KERNELS = "trainables/arrays/kernels.py"
 PLACES = {
     "ray._private": "trainables/runtime/ray_private.py",
+    "ray.experimental.internal_kv": "trainables/runtime/ray_private.py",
     "ray.train.v2._internal": "trainables/runtime/ray_env.py",
     "torch._fused_adamw_": KERNELS,
     "torch._foreach_norm": KERNELS,
@@ -53,11 +54,36 @@ def test_ray_private_worker_printer_is_there():
         "ray._private.worker.print_to_stdstream moved: ray_env.quiet_raylet does nothing")
 
 
+def test_the_gcs_key_value_store_is_there():
+    import ray.experimental.internal_kv as kv
+
+    for name in ("_internal_kv_put", "_internal_kv_get", "_internal_kv_del"):
+        assert callable(getattr(kv, name, None)), f"ray.experimental.internal_kv.{name} moved"
+
+
 def test_ray_train_v2_context_is_there():
     import ray.train.v2._internal.execution.context as ctx
 
     assert callable(getattr(ctx, "get_train_context", None)), "Train V2's get_train_context moved"
     assert hasattr(ctx, "logger"), "Train V2's context logger moved: reports echo at INFO"
+
+
+def test_train_v2_default_callbacks_are_there():
+    """``ray_env.lean_trainer`` filters Train's default callbacks by class and switches its
+    preemption watcher off by name."""
+    import ray.train.v2._internal.constants as constants
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from trainables.runtime.ray_env import PREEMPTION_WATCHER
+
+    assert callable(getattr(DataParallelTrainer, "_create_default_callbacks", None))
+    assert DatasetsCallback and PlacementGroupCleanerCallback
+    assert constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR == PREEMPTION_WATCHER
+    assert PREEMPTION_WATCHER in constants.ENV_VARS_TO_PROPAGATE  # reaches the controller
 
 
 def test_every_private_torch_call_fits_this_torch():
