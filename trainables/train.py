@@ -174,7 +174,7 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]
     (Ray's fractions are logical: size the arrays to fit the GPU's memory). ``owner`` is the
     calling Tune trial's actor id, so the run ends itself if the trial is stopped.
     ``halving`` = (rung steps, eta) prunes member ``groups`` (a search configuration's seeds)
-    by successive halving inside the array. ``progress`` is a Ray queue on which rank 0 puts
+    by successive halving inside the array. ``progress`` is a queue on which rank 0 puts
     the array's step every few seconds (``orchestrator.run.trial``: the live view's steps).
     """
     import ray.train
@@ -227,18 +227,21 @@ def trainer_for(workers: int) -> Any:
     Several workers average their gradients through torch.distributed: ``TorchTrainer`` sets up
     its process group. One worker needs none, and ``TorchTrainer``'s backend would import torch
     in Train's controller (a process that only schedules): the plain data-parallel trainer with
-    Ray's base backend runs the same loop with the same resources.
+    Ray's base backend runs the same loop with the same resources. Either comes without the
+    helper actors Train starts for what the arrays do not use (``ray_env.lean_trainer``).
     """
+    from trainables.runtime.ray_env import lean_trainer
+
     if workers > 1:
         from ray.train.torch import TorchTrainer
 
-        return TorchTrainer
+        return lean_trainer(TorchTrainer)
     from functools import partial
 
     from ray.train.backend import BackendConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    return partial(DataParallelTrainer, backend_config=BackendConfig())
+    return partial(lean_trainer(DataParallelTrainer), backend_config=BackendConfig())
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""A Train callback that records, from Ray Train's controller, what that process has imported."""
+"""A Train callback that records, from Ray Train's controller, what that process has imported and
+which actors are alive in the cluster while the run reports."""
 
 from __future__ import annotations
 
@@ -15,4 +16,9 @@ class ControllerProbe(UserCallback):
         self.out = str(out)
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
-        Path(self.out).write_text(json.dumps({"pid": os.getpid(), "torch": "torch" in sys.modules}))
+        from trainables.runtime.ray_private import state
+
+        alive = sorted(a.get("ActorClassName", "") for a in state.actors().values()
+                       if a.get("State") == "ALIVE")
+        Path(self.out).write_text(json.dumps({"pid": os.getpid(), "torch": "torch" in sys.modules,
+                                              "actors": alive}))

@@ -78,7 +78,8 @@ def test_killed_worker_restarts_from_checkpoint_with_same_result(tiny_bert, tmp_
 
 def test_nan_drops_its_member_with_step_and_term(tiny_bert, tmp_path, ray_session, monkeypatch):
     """Also: a one-worker array's Train controller, which only schedules, never imports torch
-    (the members travel as dicts, the trainer has no torch backend)."""
+    (the members travel as dicts, the trainer has no torch backend), and the run starts none of
+    the helper actors ``ray_env.lean_trainer`` leaves out."""
     from tests.trainables.controller_probe import ControllerProbe
 
     bad, good = tiny(tiny_bert, tmp_path, "mcse", max_steps=3), tiny(tiny_bert, tmp_path, "mcse", max_steps=3, seed=1)
@@ -89,6 +90,8 @@ def test_nan_drops_its_member_with_step_and_term(tiny_bert, tmp_path, ray_sessio
                                   methods={})
     seen = json.loads(probe.read_text())
     assert seen["pid"] != os.getpid() and seen["torch"] is False
+    assert "TrainController" in seen["actors"] and "RayTrainWorker" in seen["actors"]
+    assert not {"DatasetManager", "PlacementGroupCleaner", "PreemptionWatcher"} & set(seen["actors"])
     got = members(res.metrics)
     assert got["bad"]["failed"] == 1
     assert got["bad"]["error"].startswith("non-finite loss at step 2: term 'total'")

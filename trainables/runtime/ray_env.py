@@ -280,3 +280,40 @@ def quiet_train_reports() -> None:
 
     train_context.logger.setLevel(logging.WARNING)
 
+
+
+def lean_trainer(trainer_class: type) -> type:
+    """``trainer_class`` (a Train V2 trainer) without the helper actors it starts for nothing here.
+
+    Each actor is one more Python process per array that imports Ray and Train (about 6 CPU
+    seconds each, ``bench/README.md``), started beside the run's own worker:
+
+    - the datasets' manager, made for every run: the arrays read their data themselves and
+      pass no Ray Dataset (kept when one is passed);
+    - the placement-group cleaner, which asks Ray's public state API every second whether the
+      controller lives: that API needs the dashboard, absent from the embedded Ray, and the
+      table's driver releases the groups of dead runs itself (``orchestrator/run/placement.py``);
+    - the preemption watcher, which tells the workers of a node being drained: nothing here
+      reads it (a user's ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=1`` keeps it).
+    """
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
+
+    class Lean(trainer_class):  # type: ignore[misc,valid-type]
+        def _create_default_callbacks(self) -> list:
+            dropped = (PlacementGroupCleanerCallback,) + (() if self.datasets else (DatasetsCallback,))
+            return [c for c in super()._create_default_callbacks() if not isinstance(c, dropped)]
+
+        def fit(self):  # read by the controller from this process's environment
+            os.environ.setdefault(PREEMPTION_WATCHER, "0")
+            return super().fit()
+
+    Lean.__name__ = Lean.__qualname__ = trainer_class.__name__
+    return Lean
+
+
+PREEMPTION_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+"""Train V2's switch for its preemption watcher, passed from the caller's environment to the
+controller (``ray.train.v2._internal.constants``)"""
