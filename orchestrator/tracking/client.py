@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -331,13 +332,23 @@ class Tracker:
                 del seeds[seed]
         return ok, {c: s for c, s in failed.items() if s}
 
-    def log_model_dir(self, run_id: str, folder: str | Path) -> str:
+    def log_model_dir(self, run_id: str, folder: str | Path, move: bool = False) -> str:
         """Upload an MLflow model folder as the run's ``model`` artifact; -> where the student
-        folder inside it now lives (a local path for a local store, else an artifact URI)."""
+        folder inside it now lives (a local path for a local store, else an artifact URI).
+
+        ``move``: the caller drops ``folder`` afterwards. A store whose artifacts are a local
+        folder then takes it by a rename, which is what MLflow's copy would leave there, without
+        copying the weights (55 MB a demo member, 440 MB a BERT-base one)."""
         from trainables.models.mlflow_export import DATA
 
-        self.client.log_artifacts(run_id, str(folder), "model")
-        uri = self.client.get_run(run_id).info.artifact_uri.rstrip("/") + f"/model/{DATA}"
+        root = self.client.get_run(run_id).info.artifact_uri.rstrip("/")
+        local = local_artifacts(root)
+        if move and local is not None and not (local / "model").exists():
+            local.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(folder), local / "model")  # a rename on one filesystem
+        else:
+            self.client.log_artifacts(run_id, str(folder), "model")
+        uri = root + f"/model/{DATA}"
         self.client.set_tag(run_id, f"{TAG}model", f"runs:/{run_id}/model")
         self.client.set_tag(run_id, f"{TAG}checkpoint", uri.removeprefix("file://"))
         return uri
@@ -350,6 +361,16 @@ class Tracker:
 
     def load_artifact_text(self, run_id: str, name: str) -> str:
         return Path(self.client.download_artifacts(run_id, name)).read_text()
+
+
+def local_artifacts(uri: str) -> Path | None:
+    """The folder behind a ``file:`` (or plain path) artifact URI; None for any other store."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(unquote(parsed.path))
+    return Path(uri) if not parsed.scheme and uri.startswith("/") else None
 
 
 def _is_metric(key: str, value: Any) -> bool:

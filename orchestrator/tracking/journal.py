@@ -132,9 +132,10 @@ class Journal:
     def set_tag(self, handle: str, key: str, value: str) -> None:
         self.write("set_tag", handle, {"key": key, "value": value})
 
-    def log_model(self, handle: str, folder: str) -> bool:
-        """Upload a member's MLflow model folder; False when it had to wait in the journal."""
-        return self.write("log_model", handle, {"folder": folder})
+    def log_model(self, handle: str, folder: str, move: bool = False) -> bool:
+        """Upload a member's MLflow model folder; False when it had to wait in the journal.
+        ``move``: the folder is not needed after (a local store takes it whole, no copy)."""
+        return self.write("log_model", handle, {"folder": folder, **({"move": True} if move else {})})
 
     def end(self, handle: str, status: str) -> None:
         self.write("end", handle, {"status": status})

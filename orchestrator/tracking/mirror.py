@@ -186,7 +186,8 @@ class MlflowMirror(Callback):
         if "://" in str(folder) or not folder.is_dir():  # nothing to read here: point at it
             self.journal.set_tag(run, f"{TAG}checkpoint", str(folder))
             return
-        if self.journal.log_model(run, str(folder)) and not plan.keep_checkpoints:
+        if self.journal.log_model(run, str(folder), move=not plan.keep_checkpoints) and \
+                not plan.keep_checkpoints:
             shutil.rmtree(folder.parent, ignore_errors=True)
 
     def _remote_model(self, run: str, plan: ArrayPlan, folder: Path) -> None:
@@ -204,7 +205,7 @@ class MlflowMirror(Callback):
                   f"({' '.join(str(e).split())[:200]}); it stays there", file=sys.stderr,
                   flush=True)
             return
-        if self.journal.log_model(run, str(local)):
+        if self.journal.log_model(run, str(local), move=True):  # this copy is ours alone
             shutil.rmtree(local.parent, ignore_errors=True)
             with contextlib.suppress(OSError):  # the last one leaves no empty folder behind
                 local.parent.parent.rmdir()

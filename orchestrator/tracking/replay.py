@@ -175,7 +175,7 @@ class Replayer:
         if e["op"] == "log_result":
             t.log_result(run, e["result"], at_ms=e.get("at"))
         elif e["op"] == "log_model":
-            t.log_model_dir(run, e["folder"])
+            t.log_model_dir(run, e["folder"], move=bool(e.get("move")))
         elif e["op"] == "set_tag":
             t.client.set_tag(run, e["key"], e["value"])
         elif e["op"] == "end":

@@ -81,6 +81,37 @@ def artifacts(tracker, run_id):
     return sorted(walk("model"))
 
 
+def test_a_folder_not_needed_after_is_moved_into_a_local_store_not_copied(tracker, tmp_path):
+    """``move``: a ``file:`` artifact store takes the model folder by a rename (the same weights
+    file, no copy); without it the folder is copied and stays."""
+    from orchestrator.tracking.client import local_artifacts
+
+    parent = tracker.start_parent("t", "table", "p", {})
+    box = Journal(tracker, tmp_path / "journal.jsonl")
+    a, b = box.start_child(parent, plan("A", 0)), box.start_child(parent, plan("B", 0))
+    moved, kept = model_folder(tmp_path, "moved"), model_folder(tmp_path, "kept")
+    inode = (moved / DATA / "config.json").stat().st_ino
+    assert box.log_model(a, str(moved), move=True) is True
+    assert box.log_model(b, str(kept)) is True
+    assert artifacts(tracker, a) == artifacts(tracker, b) == ["model/MLmodel", f"model/{DATA}/config.json"]
+    store_a = local_artifacts(tracker.client.get_run(a).info.artifact_uri)
+    assert store_a is not None and (store_a / "model" / DATA / "config.json").stat().st_ino == inode
+    assert not moved.exists() and kept.is_dir()
+    uri = tracker.client.get_run(a).data.tags[f"{TAG}checkpoint"]
+    assert Path(uri) == store_a / "model" / DATA
+
+
+def test_local_artifacts_reads_only_a_local_folder():
+    from orchestrator.tracking.client import local_artifacts
+
+    assert local_artifacts("file:///x/mlartifacts/r/artifacts") == Path("/x/mlartifacts/r/artifacts")
+    assert local_artifacts("file:///a%20b/artifacts") == Path("/a b/artifacts")
+    assert local_artifacts("/x/artifacts") == Path("/x/artifacts")
+    for remote in ("s3://bucket/r/artifacts", "mlflow-artifacts:/1/r/artifacts",
+                   "http://host/artifacts", "file://otherhost/x"):
+        assert local_artifacts(remote) is None
+
+
 def test_log_model_is_journalled_offline_and_replay_uploads_the_folder(tracker, tmp_path, monkeypatch):
     parent = tracker.start_parent("t", "table", "p", {})
     box = Journal(tracker, tmp_path / "journal.jsonl")
