@@ -351,6 +351,7 @@ class Session:
         raised as its one line (``failures.py``)."""
         from ray import tune
 
+        from orchestrator.run.ending import report_imports_callback
         from orchestrator.run.interrupts import keep_sigint
         from orchestrator.run.launch import launch_of
         from orchestrator.run.placement import cleanup_callback
@@ -372,7 +373,7 @@ class Session:
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=path_part(experiment), storage_path=self.storage, verbose=0,
-                callbacks=[*callbacks, cleanup_callback()],
+                callbacks=[*callbacks, cleanup_callback(), report_imports_callback()],
                 failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )

@@ -16,6 +16,32 @@ from typing import Any
 
 from orchestrator.run.failures import closing_advice
 
+REPORT_MODULES = ("orchestrator.results.table_report", "matplotlib.figure",
+                  "matplotlib.backends.backend_agg")
+"""what rendering a table's report imports (the figure's modules only when it draws)"""
+
+
+def report_imports_callback(modules: tuple[str, ...] = REPORT_MODULES):
+    """A Tune callback that imports the report's modules (scipy's tests, matplotlib: ~3 CPU
+    seconds) in a thread at the first report, once the arrays train and the driver only waits
+    on them: the table's end then does not wait for them. Before, the arrays' own start would
+    have shared the CPU with it."""
+    import importlib
+    import threading
+
+    from ray.tune import Callback
+
+    class ReportImports(Callback):
+        started = False
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if not self.started:
+                self.started = True
+                threading.Thread(target=lambda: [importlib.import_module(m) for m in modules],
+                                 name="report-imports", daemon=True).start()
+
+    return ReportImports()
+
 
 def _end_wait() -> float:
     """How long the end waits for a store that failed mid-table: as long as any command waits
