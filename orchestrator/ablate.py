@@ -147,5 +147,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from trainables.runtime.command_line import exit_now
+
     cli.quiet_env()
-    sys.exit(main())
+    exit_now(main())  # no teardown of torch, Ray, MLflow: ~3 s

@@ -109,4 +109,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainables.runtime.command_line import exit_now
+
+    exit_now(main())  # no teardown of torch, Ray, MLflow: ~3 s

@@ -23,7 +23,6 @@ checkpoints): several drivers may attach to one study, and ``--resume`` continue
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -182,5 +181,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from trainables.runtime.command_line import exit_now
+
     cli.quiet_env()
-    sys.exit(main())
+    exit_now(main())  # no teardown of torch, Ray, MLflow: ~3 s

@@ -11,7 +11,6 @@ every entry it was given, so syncing a journal again (under either name) uploads
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from orchestrator import cli
@@ -91,4 +90,6 @@ def _is_table(tracker, parent: str) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainables.runtime.command_line import exit_now
+
+    exit_now(main())  # no teardown of torch, Ray, MLflow: ~3 s

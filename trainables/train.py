@@ -353,4 +353,6 @@ def print_final(m: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainables.runtime.command_line import exit_now
+
+    exit_now(main())  # no teardown of torch, Ray, MLflow: ~3 s
