@@ -139,7 +139,7 @@ def exit_now(rc: int | None) -> NoReturn:
     teardown of the modules it imported.
 
     Why: after a table's last line its driver spent ~4 s (2 cores) in the interpreter's
-    finalisation, torch, ``torch._dynamo``, Ray and MLflow freeing their objects one by one
+    finalisation, torch, its compiler (Dynamo), Ray and MLflow freeing their objects one by one
     (``import torch`` alone adds ~1 s to any exit). What that teardown owes a command runs here,
     in the order Python runs it: the threads that are not daemons are joined, then every
     ``atexit`` handler (Ray's shutdown, the embedded Ray's temp dir, logging's flush, the
