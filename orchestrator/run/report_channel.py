@@ -9,7 +9,8 @@ Order: each writer claims the first free key from its own count upwards (a put t
 overwrite tells whether the key was taken), so the keys are claimed 0, 1, 2, ... with no gap, in
 the order the puts reached the GCS, whoever made them; the reader reads them in that order. Keys
 are removed only by :meth:`ReportChannel.shutdown`: a writer whose count is behind must find the
-claimed keys still there, or it would write where the reader has passed.
+claimed keys still there, or it would write where the reader has passed. A trial killed outright
+(its node lost) never calls it: its keys, a few kB of reports, stay until the Ray cluster stops.
 """
 
 from __future__ import annotations
