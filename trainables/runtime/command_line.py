@@ -141,21 +141,24 @@ def exit_now(rc: int | None) -> NoReturn:
     Why: after a table's last line its driver spent ~4 s (2 cores) in the interpreter's
     finalisation, torch, its compiler (Dynamo), Ray and MLflow freeing their objects one by one
     (``import torch`` alone adds ~1 s to any exit). What that teardown owes a command runs here,
-    in the order Python runs it: the threads that are not daemons are joined, then every
-    ``atexit`` handler (Ray's shutdown, the embedded Ray's temp dir, logging's flush, the
-    ``weakref.finalize`` of temporary folders), then the standard streams are flushed. Call it
-    only from ``if __name__ == "__main__"``: a test calling ``main()`` keeps its process.
+    in the order Python runs it: the threads that are not daemons are ended and joined (a thread
+    pool's idle workers told to stop first), then every ``atexit`` handler (Ray's shutdown, the
+    embedded Ray's temp dir, logging's flush, the ``weakref.finalize`` of temporary folders),
+    then the standard streams are flushed. Call it only from ``if __name__ == "__main__"``: a
+    test calling ``main()`` keeps its process.
     """
     import atexit
     import threading
 
     code = rc if isinstance(rc, int) else (0 if rc is None else 1)
-    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's: where absent, the slow way
-    if run_exitfuncs is None:
+    # CPython's own first two steps of an exit; where either is absent, the slow way.
+    join_threads = getattr(threading, "_shutdown", None)
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if join_threads is None or run_exitfuncs is None:
         sys.exit(code)
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    # Not a plain join of the threads: a thread pool's idle workers (MLflow's artifact copies)
+    # end only when the pool's exit hook, which this runs first, tells them to.
+    join_threads()
     run_exitfuncs()
     import contextlib
 

@@ -12,6 +12,9 @@ def late():
     time.sleep(0.3)
     (out / "thread").write_text(str(time.monotonic()))
 threading.Thread(target=late).start()  # not a daemon: the exit waits for it
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(2)  # idle workers until the pool's exit hook stops them (MLflow's)
+pool.submit(time.sleep, 0.01).result()
 atexit.register(lambda: (out / "atexit").write_text(str(time.monotonic())))
 tmp = tempfile.mkdtemp(dir=out)
 import weakref
