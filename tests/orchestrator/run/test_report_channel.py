@@ -6,19 +6,6 @@ import time
 import pytest
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    from trainables.runtime.ray_env import init_ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def test_copies_in_other_processes_write_in_one_order_without_gaps(local_ray):
     """The controller's copy and rank 0's copy both write; the reader sees every item once, in
     the order the puts were made, though each copy starts counting from 0."""

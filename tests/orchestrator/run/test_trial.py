@@ -5,19 +5,6 @@ from types import SimpleNamespace
 import pytest
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    from trainables.runtime.ray_env import init_ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def _burst(n: int, i: int):
     """A stand-in for a Train run: ``n`` reports as fast as the controller can make them, the
     last one (the test scores) just before it returns."""
