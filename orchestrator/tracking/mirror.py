@@ -186,8 +186,8 @@ class MlflowMirror(Callback):
         if "://" in str(folder) or not folder.is_dir():  # nothing to read here: point at it
             self.journal.set_tag(run, f"{TAG}checkpoint", str(folder))
             return
-        if self.journal.log_model(run, str(folder), move=not plan.keep_checkpoints) and \
-                not plan.keep_checkpoints:
+        drop = not plan.keep_checkpoints  # Ray's copy goes once MLflow has the model
+        if self.journal.log_model(run, str(folder), move=drop) and drop:
             shutil.rmtree(folder.parent, ignore_errors=True)
 
     def _remote_model(self, run: str, plan: ArrayPlan, folder: Path) -> None:

@@ -148,6 +148,7 @@ def exit_now(rc: int | None) -> NoReturn:
     test calling ``main()`` keeps its process.
     """
     import atexit
+    import contextlib
     import threading
 
     code = rc if isinstance(rc, int) else (0 if rc is None else 1)
@@ -160,8 +161,6 @@ def exit_now(rc: int | None) -> NoReturn:
     # end only when the pool's exit hook, which this runs first, tells them to.
     join_threads()
     run_exitfuncs()
-    import contextlib
-
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more reaches it
             stream.flush()
