@@ -8,8 +8,8 @@
     python -m orchestrator.ablate --grid table3 --dry-run --explain  # where each setting came from
     python -m orchestrator.ablate --list
 
-The runs train as vectorised arrays (``--array-size``): one Tune trial and one Ray Train run per
-array, one MLflow child run per (cell, seed). Everything that can be checked is checked before
+The runs train as vectorised arrays (``--array-size``): one Tune trial per array (a Ray Train
+run when it spans several workers), one MLflow child run per (cell, seed). Everything that can be checked is checked before
 Ray starts: the grid, the profile, every run's config, the data, the resources, the tracking store.
 """
 

@@ -33,9 +33,9 @@ def add_campaign_args(p: argparse.ArgumentParser) -> None:
                    help="runs trained together as one vectorised array (default auto: as few "
                         "arrays as the CPUs/GPUs allow; 1: one run per trial)")
     p.add_argument("--cpus-per-trial", type=option(POSITIVE), default=1.0,
-                   help="CPUs per Train worker of an array (an array has num_workers workers)")
+                   help="CPUs per worker of an array (an array has num_workers workers)")
     p.add_argument("--gpus-per-trial", type=option(NON_NEGATIVE), default=None,
-                   help="GPUs per Train worker; fractions pack arrays (0.5: two per GPU). "
+                   help="GPUs per worker of an array; fractions pack arrays (0.5: two per GPU). "
                         "Default: 1 if the cluster has GPUs, else 0")
     p.add_argument("--max-concurrent", type=option(count(1)), help="cap on arrays running at once")
     p.add_argument("--max-failures", type=option(count(0)), default=1,

@@ -67,74 +67,120 @@ def final_members(finals: dict[str, dict[str, Any]], failed: dict[str, str],
     return out + [{"key": k, "failed": 1, "error": why} for k, why in failed.items()]
 
 
+class TrainSession:
+    """What ``run_array`` asks of the process it runs in, in a Ray Train worker: the worker's
+    rank, its device, Train's checkpoints and reports. (``trainables.runtime.in_trial`` is the
+    same for an array trained inside its Tune trial.)"""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import ray.train
+
+        ctx = ray.train.get_context()
+        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+        pg = ray.util.get_current_placement_group()
+        self.placement_group = pg.id.hex() if pg is not None else ""  # the driver frees it
+        self.owner = config.get("owner")
+        queue = config.get("progress")
+        self.progress = None
+        if queue is not None and self.rank == 0:
+            def progress(item: dict[str, Any]) -> None:
+                with contextlib.suppress(Exception):  # the live view's convenience, never a failure
+                    queue.put_nowait({**item, "progress": 1})
+
+            self.progress = progress
+
+    def device(self) -> Any:
+        import ray.train.torch
+
+        return ray.train.torch.get_device()
+
+    def check_alive(self) -> None:
+        _stop_if_orphaned(self.owner)
+
+    @contextlib.contextmanager
+    def checkpoint(self):
+        """The run's latest checkpoint as a local folder while the block runs, or None."""
+        import ray.train
+
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is None:
+            yield None
+            return
+        with ckpt.as_directory() as d:
+            yield Path(d)
+
+    def report(self, metrics: dict[str, Any], ckpt_dir: Path | None = None) -> None:
+        """Report ``metrics``, with ``ckpt_dir`` (consumed: Ray copies it to storage) if any."""
+        import ray.train
+
+        if ckpt_dir is None:
+            ray.train.report(metrics)
+            return
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)))
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train worker entry: build the array, resume from Ray's checkpoint, run, report."""
-    import ray.train
-    import ray.train.torch
+    """Ray Train worker entry: the array's loop in Train's session."""
+    from trainables.runtime.ray_env import quiet_train_reports
+
+    quiet_train_reports()
+    _stop_if_orphaned(config.get("owner"))
+    run_array(config, TrainSession(config))
+
+
+def run_array(config: dict[str, Any], session: Any) -> None:
+    """Build the array, resume from the session's checkpoint, run, report.
+
+    ``session`` is a :class:`TrainSession` or an in-trial one (``trainables.runtime.in_trial``):
+    ``rank``, ``world``, ``placement_group``, ``progress`` (rank 0's, or None), ``device()``,
+    ``check_alive()``, ``checkpoint()`` and ``report(metrics, ckpt_dir)``.
+    """
+    import ray
     import torch
 
     from trainables.arrays.checkpoint import read_final, write_final
     from trainables.arrays.members import slug
     from trainables.arrays.trainer import ArrayTrainer
     from trainables.objectives.methods import ensure_methods
-    from trainables.runtime.ray_env import quiet_train_reports
 
-    quiet_train_reports()
-    owner = config.get("owner")
-    _stop_if_orphaned(owner)
     # Ray sets threads from the (fractional) CPU request; use the whole CPUs the trial asked for.
     torch.set_num_threads(config.get("threads", 1))
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    pg = ray.util.get_current_placement_group()
-    pg_id = pg.id.hex() if pg is not None else ""  # named in reports so the driver can free it
+    rank, world, pg_id = session.rank, session.world, session.placement_group
     ensure_methods(config.get("methods") or {})  # a plug-in method this process never imported
-    ckpt = ray.train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            done = read_final(Path(d))
+    with session.checkpoint() as d:
+        done = read_final(d) if d is not None else None
         if done is not None:  # the array had finished: report it again, train nothing
             models = {k: f"members/{slug(k)}/model" for k in done["final"]}
-            ray.train.report({"step": done.get("step", 0), FINAL_KEY: 1, "placement_group": pg_id,
-                              "members": final_members(done["final"], done["failed"], models)})
+            session.report({"step": done.get("step", 0), FINAL_KEY: 1, "placement_group": pg_id,
+                            "members": final_members(done["final"], done["failed"], models)})
             return
-    from trainables.config.run_config import RunConfig
+        from trainables.config.run_config import RunConfig
 
-    members = [(m["key"], RunConfig.from_dict(m["run"])) for m in config["members"]]
-    trainer = ArrayTrainer(members, device=ray.train.torch.get_device(), rank=rank, world=world,
-                           halving=config.get("halving"), groups=config.get("groups"))
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            trainer.load_state(Path(d))
-        if rank == 0:
-            ray.train.report({**trainer.last_evaluation(), "placement_group": pg_id,
-                              "total_steps": trainer.total_steps})
-        else:
-            ray.train.report({"step": trainer.step, "members": []})
+        members = [(m["key"], RunConfig.from_dict(m["run"])) for m in config["members"]]
+        trainer = ArrayTrainer(members, device=session.device(), rank=rank, world=world,
+                               halving=config.get("halving"), groups=config.get("groups"))
+        if d is not None:
+            trainer.load_state(d)
+            if rank == 0:
+                session.report({**trainer.last_evaluation(), "placement_group": pg_id,
+                                "total_steps": trainer.total_steps})
+            else:
+                session.report({"step": trainer.step, "members": []})
     workdir = Path(tempfile.mkdtemp(prefix="mmemb-ckpt-"))
 
     def report(metrics: dict[str, Any], ckpt_dir: Path | None) -> None:
-        _stop_if_orphaned(owner)
+        session.check_alive()
         metrics = {**metrics, "placement_group": pg_id, "total_steps": trainer.total_steps}
         if rank == 0:
             devs = [m["stsb_dev"] for m in metrics["members"] if "stsb_dev" in m]
             if devs:
                 print(f"step {metrics['step']:>6d}/{trainer.total_steps}  {len(devs)} members  "
                       f"STS-B dev {min(devs):.2f}-{max(devs):.2f}", flush=True)
-        if ckpt_dir is not None:
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)))
-            shutil.rmtree(ckpt_dir, ignore_errors=True)  # Ray has copied it to storage
-        else:
-            ray.train.report(metrics)
-
-    queue = config.get("progress")
-
-    def progress(item: dict[str, Any]) -> None:
-        with contextlib.suppress(Exception):  # the live view's convenience, never a failure
-            queue.put_nowait({**item, "progress": 1})
+        session.report(metrics, ckpt_dir)
 
     try:
-        finals = trainer.fit(report, workdir, progress if queue is not None and rank == 0 else None)
+        finals = trainer.fit(report, workdir, session.progress)
     except BaseException:  # a failed array leaves no checkpoint folder in the temp dir
         shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -153,9 +199,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         if config.get("keep_checkpoints"):
             trainer.save_state(out / "state")
         metrics["members"] = final_members(finals, failed, models)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(out)))
+        session.report(metrics, out)
     else:
-        ray.train.report({**metrics, "members": []})
+        session.report({**metrics, "members": []})
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -180,7 +226,6 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]
     import ray.train
 
     from trainables.runtime.faults import forwarded_env
-    from trainables.runtime.ray_env import cluster_has_gpu
 
     runs = [(k, c if isinstance(c, Mapping) else c.to_dict()) for k, c in members]
     if methods is None:
@@ -188,19 +233,13 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]
 
         methods = sources({r["objective"]["method"] for _, r in runs})
     first = runs[0][1]
-    use_gpu = bool(first["use_gpu"]) if first.get("use_gpu") is not None else cluster_has_gpu()
-    use_gpu = use_gpu and gpus > 0
+    use_gpu = uses_gpu(first, gpus)
     workers = int(first.get("num_workers", 1))
     trainer_class = trainer_for(workers)
     trainer = trainer_class(
         train_loop_per_worker,
-        train_loop_config={
-            "members": [{"key": k, "run": r} for k, r in runs],
-            # where the members' plug-in methods live: the workers load them before the configs
-            "methods": dict(methods),
-            "threads": max(1, round(cpus)), "owner": owner, "keep_checkpoints": keep_checkpoints,
-            "halving": halving, "groups": groups or {}, "progress": progress,
-        },
+        train_loop_config={**loop_config(runs, methods, cpus, keep_checkpoints, halving, groups),
+                           "owner": owner, "progress": progress},
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers, use_gpu=use_gpu,
             resources_per_worker={"CPU": cpus, **({"GPU": gpus} if use_gpu else {})},
@@ -212,13 +251,39 @@ def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]
                 num_to_keep=None if keep_checkpoints else 1),
             # Keep Train's INFO echo of every report out of the terminal; prints stay plain.
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
-            worker_runtime_env={"env_vars": {
-                "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "TRANSFORMERS_VERBOSITY": "error",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-                **forwarded_env()}},
+            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **QUIET_ENV,
+                                             **forwarded_env()}},
         ),
     )
     return trainer.fit()
+
+
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+             "TOKENIZERS_PARALLELISM": "false"}
+"""the environment an array trains in: plain progress lines, no tokenizer fork warnings"""
+
+
+def loop_config(runs: Sequence[tuple[str, Mapping[str, Any]]], methods: Mapping[str, Any],
+                cpus: float, keep_checkpoints: bool,
+                halving: tuple[Sequence[int], float] | None,
+                groups: dict[str, str] | None) -> dict[str, Any]:
+    """``run_array``'s config: the members (key, RunConfig dict) and how to run them."""
+    return {
+        "members": [{"key": k, "run": r} for k, r in runs],
+        # where the members' plug-in methods live: loaded before the configs
+        "methods": dict(methods),
+        "threads": max(1, round(cpus)), "keep_checkpoints": keep_checkpoints,
+        "halving": halving, "groups": groups or {},
+    }
+
+
+def uses_gpu(run: Mapping[str, Any], gpus: float) -> bool:
+    """Whether an array of these runs (a RunConfig's dict) trains on GPUs: ``use_gpu`` when
+    set, else whether the cluster has one; never with ``gpus`` 0."""
+    from trainables.runtime.ray_env import cluster_has_gpu
+
+    wanted = bool(run["use_gpu"]) if run.get("use_gpu") is not None else cluster_has_gpu()
+    return wanted and gpus > 0
 
 
 def trainer_for(workers: int) -> Any:

@@ -28,11 +28,7 @@ from typing import Any
 
 from orchestrator.run.failures import DiskFull, MemoryShort, memory_short
 from orchestrator.run.options import Options
-from orchestrator.run.resources import (
-    TRIAL_DRIVER_RESOURCES,
-    local_resources,
-    wait_for_resources,
-)
+from orchestrator.run.resources import local_resources, wait_for_resources
 from orchestrator.run.resume import find_parent, say_lost_checkpoints
 from orchestrator.spec.plan import ArrayPlan, RunPlan, pack
 from orchestrator.tracking.uris import masked, masked_text
@@ -355,7 +351,7 @@ class Session:
         from orchestrator.run.interrupts import keep_sigint
         from orchestrator.run.launch import launch_of
         from orchestrator.run.placement import cleanup_callback
-        from orchestrator.run.trial import trial_fn
+        from orchestrator.run.trial import trial_fn, trial_resources
         from orchestrator.spec.grids import path_part
 
         def dirname(trial) -> str:
@@ -364,10 +360,10 @@ class Session:
         # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
         os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+        launches = [launch_of(a) for a in arrays]
         tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(trial_fn,
-                                                     arrays=[launch_of(a) for a in arrays]),
-                                TRIAL_DRIVER_RESOURCES),
+            tune.with_resources(tune.with_parameters(trial_fn, arrays=launches),
+                                lambda config: trial_resources(launches[config["index"]])),
             param_space={"index": tune.grid_search(list(range(len(arrays))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=self.slots,
                                         trial_dirname_creator=dirname),

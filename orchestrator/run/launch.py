@@ -1,11 +1,12 @@
-"""What a Tune trial needs to launch its array, in plain values: no torch in the trial's process.
+"""What a Tune trial needs to run its array, in plain values: no torch until it trains.
 
-A Tune trial only launches a Ray Train run and forwards its reports. Given an
-:class:`~orchestrator.spec.plan.ArrayPlan` it would unpickle each member's ``RunConfig``, whose
-method settings live beside their losses, and so import torch (about 4 CPU seconds) in a process
-that never computes. A :class:`Launch` carries the same array as the configs' dicts, the plug-in
-methods' sources and the scaling the driver already resolved; the Train workers rebuild the
-configs from the dicts as before.
+A Tune trial that launches a Ray Train run (an array of several workers) only forwards its
+reports. Given an :class:`~orchestrator.spec.plan.ArrayPlan` it would unpickle each member's
+``RunConfig``, whose method settings live beside their losses, and so import torch (about 4 CPU
+seconds) in a process that never computes. A :class:`Launch` carries the same array as the
+configs' dicts, the plug-in methods' sources and the scaling the driver already resolved; the
+process that trains (the trial itself for one worker, else the Train workers) rebuilds the
+configs from the dicts.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """What one trial holds, how many run at once, and waiting for an autoscaling cluster's workers.
 
-Train V2 (Ray 2.60): a Tune trial is a light *driver* that launches a TorchTrainer; the trial
-holds nothing that counts and the Train workers hold the real CPUs/GPUs. Tune cannot see the
-workers' needs, so concurrency is set from the cluster: on a fixed cluster (the embedded local
-Ray) as many trials as fit; on a cluster that autoscales, ``--max-concurrent`` trials, since a
-Train run that does not fit yet waits for its placement group and that wait is what asks the
-autoscaler for more workers.
+An array of one worker trains in its Tune trial, which holds that worker's CPUs/GPUs. An array
+of several is a Ray Train run (Train V2, Ray 2.60) that its trial launches: the trial is then a
+light *driver* holding nothing that counts, and the Train workers hold the real CPUs/GPUs
+(``orchestrator.run.trial.trial_resources``). Tune does not see the workers' needs, so
+concurrency is set from the cluster either way: on a fixed cluster (the embedded local Ray) as
+many arrays as fit; on a cluster that autoscales, ``--max-concurrent``, since an array that does
+not fit yet waits for its placement group (the trial's, or its Train run's) and that wait is
+what asks the autoscaler for more workers.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 TRIAL_DRIVER_RESOURCES = {"CPU": 0, "memory": 1}
-"""What each Tune trial's driver holds: nothing that counts. A driver that held CPU (even 0.01)
-would let waiting drivers eat into the CPUs their own runs need: on a 1-CPU node that lost a
-neighbour, two drivers plus a 1-CPU run no longer fit, and the table deadlocks. Tune refuses an
+"""What a Tune trial that launches a Train run (several workers) holds: nothing that counts. A
+driver that held CPU (even 0.01) would let waiting drivers eat into the CPUs their own runs
+need: on a 1-CPU node that lost a neighbour, two drivers plus a 1-CPU run no longer fit, and the table deadlocks. Tune refuses an
 empty request, hence the one byte of memory."""
 
 

@@ -1,16 +1,21 @@
-"""One Tune trial: launch its array's Ray Train run and forward every report to Tune.
+"""One Tune trial: train its array and forward every report to Tune.
+
+An array of one worker trains in the trial's own process (``trainables.runtime.in_trial``); one
+of several workers is a Ray Train run the trial launches and waits for.
 
 Why not Ray's ``TuneReportCallback``: its reports reach Tune through a queue that Tune's main
 thread drains while the trial function runs. When the run returns, its last report (the test
 scores) can still sit there: Tune then ends the trial without it, or, if anything else reports
 from the training thread at that moment, both threads wait on each other for ever (seen under
-load). Here the Train run goes in a helper thread and the trial's own thread is the only one
-that calls ``tune.report``; it returns once the run has ended and the queue is empty. The queue
-is a :class:`~orchestrator.run.report_channel.ReportChannel` (keys in the GCS), not an actor.
+load). Here the run goes in a helper thread and the trial's own thread is the only one
+that calls ``tune.report``; it returns once the run has ended and the queue is empty. A Train
+run's queue is a :class:`~orchestrator.run.report_channel.ReportChannel` (keys in the GCS), not
+an actor; an array in the trial's process puts its reports on a plain queue.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +23,7 @@ from typing import Any
 from ray.train.v2.api.callback import UserCallback
 
 from orchestrator.run.launch import Launch
+from orchestrator.run.resources import TRIAL_DRIVER_RESOURCES
 
 _POLL_S = 0.5  # how often the forwarder looks whether the run has ended
 
@@ -26,47 +32,92 @@ class TrialFailed(RuntimeError):
     """A run failed; the message is its root cause (OutOfMemoryError, a worker's error, ...)."""
 
 
+def one_worker(plan: Launch) -> bool:
+    """Whether ``plan``'s array trains in its trial's own process (one worker), not through a
+    Ray Train run (several, averaging their gradients)."""
+    return int(plan.members[0][1].get("num_workers", 1)) == 1
+
+
+def trial_resources(plan: Launch) -> dict[str, float]:
+    """What the trial of ``plan`` holds: the array's CPUs/GPUs when it trains in the trial;
+    nothing that counts when it launches a Train run, whose workers hold them
+    (``resources.TRIAL_DRIVER_RESOURCES``)."""
+    from trainables.train import uses_gpu
+
+    if not one_worker(plan):
+        return dict(TRIAL_DRIVER_RESOURCES)
+    gpu = uses_gpu(plan.members[0][1], plan.gpus)
+    return {"CPU": plan.cpus, **({"GPU": plan.gpus} if gpu else {})}
+
+
 def trial_fn(config: dict[str, Any], arrays: Sequence[Launch]) -> None:
     """The Tune trainable: runs ``arrays[config["index"]]``.
 
     Tune sees only the index: its variant resolution walks and rewrites config values (a
     dataclass would not come out whole), so the arrays travel by ``tune.with_parameters``, as
-    plain values (``launch.py``): this process imports Ray, never torch.
+    plain values (``launch.py``). An array of one worker trains here, in this process
+    (``trainables.runtime.in_trial``); one of several launches a Ray Train run, and this
+    process imports Ray, never torch.
     """
     import ray
 
     from trainables.runtime.ray_env import root_cause
-    from trainables.train import run_torch_trainer
 
     plan = arrays[config["index"]]
-    owner = ray.get_runtime_context().get_actor_id()
+    runs = list(plan.members)
 
-    def run(callbacks: list) -> Any:
-        # The name is stable per member set: after a driver kill, --resume relaunches the same
-        # Train run, which continues from its own latest checkpoint instead of starting over.
-        # Rank 0's progress goes on the reports' queue, so it reaches Tune in the same order.
-        queue = next((c.queue for c in callbacks if isinstance(c, QueueReports)), None)
-        return run_torch_trainer(
-            list(plan.members), plan.name, plan.storage,
-            callbacks=callbacks, max_failures=plan.max_failures, cpus=plan.cpus,
-            gpus=plan.gpus, owner=owner, keep_checkpoints=plan.keep_checkpoints,
-            halving=plan.halving, groups=dict(plan.groups), progress=queue,
-            methods=dict(plan.methods),
-        )
+    if one_worker(plan):
+        def run(reports: Any) -> Any:
+            from trainables.runtime.in_trial import train_in_trial
+            from trainables.train import loop_config, uses_gpu
 
+            gpus = plan.gpus if uses_gpu(runs[0][1], plan.gpus) else 0.0
+            cfg = loop_config(runs, dict(plan.methods), plan.cpus, plan.keep_checkpoints,
+                              plan.halving, dict(plan.groups))
+            return train_in_trial(cfg, plan.storage, plan.name, plan.keep_checkpoints, gpus,
+                                  reports)
+
+        channel: Any = LocalReports()
+    else:
+        owner = ray.get_runtime_context().get_actor_id()
+
+        def run(reports: Any) -> Any:
+            from trainables.train import run_torch_trainer
+
+            # The name is stable per member set: after a driver kill, --resume relaunches the
+            # same Train run, which continues from its own latest checkpoint instead of starting
+            # over. Rank 0's progress goes on the reports' queue, so it reaches Tune in order.
+            return run_torch_trainer(
+                runs, plan.name, plan.storage,
+                callbacks=[QueueReports(reports)], max_failures=plan.max_failures,
+                cpus=plan.cpus, gpus=plan.gpus, owner=owner,
+                keep_checkpoints=plan.keep_checkpoints, halving=plan.halving,
+                groups=dict(plan.groups), progress=reports, methods=dict(plan.methods),
+            )
+
+        channel = None  # the GCS's: the controller and rank 0 write from other processes
     try:
-        forward_reports(run)
+        forward_reports(run, channel=channel)
     except Exception as e:  # the one-line reason reaches Tune's error file and MLflow
         raise TrialFailed(root_cause(e)) from None
 
 
-def forward_reports(run: Callable[[list], Any], report: Callable[[dict], None] | None = None,
-                    poll_s: float = _POLL_S) -> Any:
-    """Call ``run(callbacks)`` in a helper thread and pass each Train report to ``report``.
+class LocalReports(queue.Queue):
+    """The reports queue of an array that trains in the trial's process: a plain queue."""
+
+    def shutdown(self, force: bool = True) -> None:
+        """Nothing to remove (``ReportChannel.shutdown``'s signature)."""
+
+
+def forward_reports(run: Callable[[Any], Any], report: Callable[[dict], None] | None = None,
+                    poll_s: float = _POLL_S, channel: Any = None) -> Any:
+    """Call ``run(channel)`` in a helper thread and pass each item it puts there to ``report``.
 
     ``report`` (default ``ray.tune.report``) is called from this thread only, in the order the
-    run reported, and every report made before ``run`` returned is passed on before this
+    run put them, and every item put before ``run`` returned is passed on before this
     returns. ``run``'s exception is raised here, after the reports that preceded it.
+    ``channel`` defaults to a :class:`~orchestrator.run.report_channel.ReportChannel`, which
+    other processes (Train's controller and workers) can write to.
     """
     from orchestrator.run.report_channel import Empty, ReportChannel
 
@@ -74,12 +125,12 @@ def forward_reports(run: Callable[[list], Any], report: Callable[[dict], None] |
         from ray import tune
 
         report = tune.report
-    reports = ReportChannel()  # unbounded: the run never waits
+    reports = ReportChannel() if channel is None else channel  # unbounded: the run never waits
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["result"] = run([QueueReports(reports)])
+            outcome["result"] = run(reports)
         except BaseException as e:  # re-raised in the caller's thread
             outcome["error"] = e
 

@@ -3,7 +3,8 @@
 A :class:`RunPlan` is one (cell, seed) of a table or one (configuration, seed) of a search:
 one MLflow child run, with a ``RunConfig`` whose objective is already resolved, so its hash, its
 MLflow params and the run itself all see the same numbers. A :class:`ArrayPlan` is one Ray Tune
-trial: an array of members that train together in one Ray Train run (``trainables.arrays``).
+trial: an array of members that train together (``trainables.arrays``), in the trial's process,
+or in one Ray Train run over several workers.
 Plans are frozen and built once; nothing patches them afterwards.
 """
 
@@ -51,7 +52,7 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class ArrayPlan:
-    """One Tune trial = one array of members trained together in one Ray Train run."""
+    """One Tune trial = one array of members trained together (in the trial, or a Train run)."""
 
     campaign: str
     """the grid or search it belongs to (names its Train runs and tags its MLflow runs)"""

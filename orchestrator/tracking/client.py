@@ -257,7 +257,7 @@ class Tracker:
         }
         if trial.get("cell_label"):  # what the runs view groups by (views.py)
             tags[f"{TAG}cell_label"] = trial["cell_label"]
-        if trial.get("array"):  # the array it trained in (one Ray Train run)
+        if trial.get("array"):  # the array it trained in (one Tune trial)
             tags[f"{TAG}array"] = trial["array"]
         if trial.get("group"):
             tags[f"{TAG}group"] = trial["group"]

@@ -313,7 +313,9 @@ def test_ray_up_table_ray_down(lab):
             if (shared / "runs").exists() else 0
 
     def worker_trains() -> bool:
-        return any("RayTrainWorker" in cmd for _, _, cmd in worker.processes())
+        # a one-worker array trains in its Tune trial's process (ray::ImplicitFunc)
+        return any("ray::ImplicitFunc" in cmd or "RayTrainWorker" in cmd
+                   for _, _, cmd in worker.processes())
 
     t_table = time.monotonic()
     out_file = lab.scratch / "table.out"

@@ -354,9 +354,9 @@ def dev_points(db: Path) -> int:
 @pytest.mark.parametrize("phase", ["training", "startup"])
 def test_node_leaving_mid_table_reschedules_its_trials(phase, space, reference, tables,
                                                         monkeypatch):
-    """The second node dies while the array there trains ("training": its RayTrainWorker is up,
-    past a first checkpoint) or while it is still starting ("startup": its CPU is reserved, no
-    worker yet). The array starts again on the remaining node, from its checkpoint if any."""
+    """The second node dies while the array there trains ("training": its trial is up, past a
+    first checkpoint) or while it is still starting ("startup": its CPU is reserved, no
+    checkpoint yet). The array starts again on the remaining node, from its checkpoint if any."""
     import ray
     from ray._private.state import available_resources_per_node
     from ray.cluster_utils import Cluster
@@ -379,12 +379,15 @@ def test_node_leaving_mid_table_reschedules_its_trials(phase, space, reference, 
         while t.proc.poll() is None and time.time() - t.t0 < 1500:
             if removed_at is None:
                 here = _on_node(node.node_id)
-                worker = any(k.startswith("RayTrainWorker") and s == "ALIVE" for k, s in here.items())
-                reserved = any(k.startswith("TrainController") for k in here) or \
-                    available_resources_per_node()[node.node_id].get("CPU", 0.0) < 0.5
+                # A one-worker array trains in its Tune trial's actor (ImplicitFunc).
+                worker = any(k.startswith(("ImplicitFunc", "RayTrainWorker")) and s == "ALIVE"
+                             for k, s in here.items())
+                reserved = available_resources_per_node()[node.node_id].get("CPU", 0.0) < 0.5
                 # mid-run: past a first checkpoint (its dev point is logged with it)
-                training = worker and dev_points(store / "mlflow.db") > 0
-                if (phase == "training" and training) or (phase == "startup" and reserved and not worker):
+                points = dev_points(store / "mlflow.db")
+                training = worker and points > 0
+                if (phase == "training" and training) or (phase == "startup" and reserved
+                                                          and points == 0):
                     gone = sorted(k.split("#")[0] for k, s in _on_node(node.node_id).items()
                                   if s == "ALIVE")
                     finished_then = sorted(finished_children(store / "mlflow.db"))
