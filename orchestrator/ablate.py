@@ -71,7 +71,6 @@ def _list() -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.analysis.cost import DEFAULT_GPU, DEFAULT_MFU
-    from orchestrator.results.table_report import grid_spec
     from orchestrator.run.campaign import Campaign, run_table
     from orchestrator.run.dry_run import (
         cost_estimate,
@@ -82,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         resume_preview,
     )
     from orchestrator.run.preflight import check_campaign, check_demo_fit
-    from orchestrator.spec.grids import check_seeds
+    from orchestrator.spec.grids import check_seeds, grid_spec
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary, profile_tags
     from orchestrator.spec.registry import load_grid
     from trainables.config.profiles import profile_overrides, transfer_layer

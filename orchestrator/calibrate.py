@@ -102,10 +102,11 @@ def _run(args: argparse.Namespace) -> int:
         to_markdown,
         write_files,
     )
-    from orchestrator.results.table_report import grid_spec, report_dir
+    from orchestrator.results.table_report import report_dir
     from orchestrator.run.campaign import Campaign, Session
     from orchestrator.run.dry_run import describe, dry_run_arrays
     from orchestrator.run.preflight import check_campaign
+    from orchestrator.spec.grids import grid_spec
     from orchestrator.spec.plan import plan_id, plan_runs, plan_summary, profile_tags
     from orchestrator.spec.registry import load_grid
     from trainables.config.profiles import profile_overrides

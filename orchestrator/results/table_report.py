@@ -19,24 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis import plots, tables
-from orchestrator.spec.grids import path_part
+from orchestrator.spec.grids import grid_spec, path_part  # noqa: F401  (grid_spec: its old home)
 from orchestrator.tracking.client import Tracker
 from orchestrator.tracking.events import report_lines
 from orchestrator.tracking.uris import masked
-
-
-def grid_spec(grid) -> dict[str, Any]:
-    """What the report needs of a Grid, as JSON (stored on the parent run)."""
-    return {
-        "name": grid.name, "title": grid.title, "baseline": grid.baseline,
-        "seeds": list(grid.seeds), "columns": list(grid.columns), "plot": grid.plot,
-        "xlabel": grid.xlabel, "note": grid.note,
-        "cells": [c.name for c in grid.cells],
-        "x": {c.name: c.x for c in grid.cells if c.x is not None},
-        "published": {c.name: dict(c.published) for c in grid.cells if c.published},
-        "seed_offsets": {c.name: c.seed_offset for c in grid.cells if c.seed_offset},
-        "transfer": bool(grid.transfer),
-    }
 
 
 def build_report(tracker: Tracker, parent_id: str, spec: dict[str, Any], outdir: Path,

@@ -18,8 +18,10 @@ confirmation through ``Session.run``, and closes it the same way. A session owns
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -171,6 +173,9 @@ class Session:
         print(f"{c.parent_name}: starting Ray"
               + (f" on the cluster at {opts.address}" if opts.address else " on this machine"),
               flush=True)  # the first line of the live view comes once Tune runs
+        # Ray's start is mostly a wait on its daemons: Tune's import (1.5 s, the live view's
+        # callbacks) runs meanwhile instead of after it.
+        tune_imported = import_aside("orchestrator.run.live")
         try:
             init_ray(opts.address, log_to_driver=False)
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
@@ -180,6 +185,8 @@ class Session:
             raise ConnectionError(f"{where} did not start ({root_cause(e)}); check `ray status` "
                                   "(with --address) or the machine's load and memory, then run "
                                   "the command again") from None
+        finally:
+            tune_imported.join()
         gpus = opts.gpus_per_trial
         if gpus is None:
             gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
@@ -482,3 +489,17 @@ def noted(arrays: Sequence[ArrayPlan]) -> list[ArrayPlan]:
         run = t.members[0].run
         out.append(replace(t, note=backend_note(run.encoder, run.data.cache_dir) or ""))
     return out
+
+
+def import_aside(module: str) -> threading.Thread:
+    """Import ``module`` in a helper thread (join it before relying on it). A failure there is
+    left for the import in the main thread to raise, where it names the module."""
+    import importlib
+
+    def target() -> None:
+        with contextlib.suppress(BaseException):
+            importlib.import_module(module)
+
+    thread = threading.Thread(target=target, name=f"import-{module}", daemon=True)
+    thread.start()
+    return thread

@@ -170,3 +170,19 @@ def check_seeds(seeds: Sequence[int], where: str, least: int = 1) -> str:
         raise ValueError(f"{where} {shown}: needs at least {least} seed{'s' * (least > 1)} (a "
                          f"mean +- std and every test compare seeds); give {least} or more{hint}")
     return f"seeds {shown}: {len(vals)} distinct, non-negative"
+
+
+def grid_spec(grid) -> dict[str, Any]:
+    """What the report needs of a Grid, as JSON (stored on the parent run). Here, not beside
+    the report: the report's statistics import scipy (1.5 s), which a table's driver does not
+    need before its runs start."""
+    return {
+        "name": grid.name, "title": grid.title, "baseline": grid.baseline,
+        "seeds": list(grid.seeds), "columns": list(grid.columns), "plot": grid.plot,
+        "xlabel": grid.xlabel, "note": grid.note,
+        "cells": [c.name for c in grid.cells],
+        "x": {c.name: c.x for c in grid.cells if c.x is not None},
+        "published": {c.name: dict(c.published) for c in grid.cells if c.published},
+        "seed_offsets": {c.name: c.seed_offset for c in grid.cells if c.seed_offset},
+        "transfer": bool(grid.transfer),
+    }
