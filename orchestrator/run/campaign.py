@@ -72,10 +72,7 @@ class Session:
     disk, an error), no run of it is left RUNNING and its driver lock is released."""
 
     def __init__(self, campaign: Campaign, opts: Options, array_keys: Mapping[str, str]):
-        from orchestrator.run.driver import DriverLock, check_store, lock_paths
         from orchestrator.run.preflight import array_resources
-        from orchestrator.tracking.client import Tracker
-        from orchestrator.tracking.uris import sqlite_path
         from trainables.runtime.ray_env import storage_uri
 
         self.campaign, self.opts, self.array_keys = campaign, opts, dict(array_keys)
@@ -104,6 +101,26 @@ class Session:
             res, who = array_resources(opts, campaign.members)
             res.check_fits(local_resources(), "this machine", who)
         self.storage = storage_uri(opts.storage)
+        self._early_ray = None
+        if not opts.address and not opts.resume and not opts.queue:
+            from orchestrator.run.early_ray import EarlyRay
+            from trainables.runtime import shipping
+
+            shipping.check()  # what Ray would refuse to ship: refused before it starts
+            self._early_ray = EarlyRay.beside(opts)  # while the MLflow store opens
+        try:
+            self._open(campaign, opts)
+        except BaseException:
+            if self._early_ray is not None:  # a refusal: no Ray left running behind its line
+                self._early_ray.stop_unclaimed()
+            raise
+
+    def _open(self, campaign: Campaign, opts: Options) -> None:
+        """Open the store, find the parent, take the driver lock, start Ray and the parent."""
+        from orchestrator.run.driver import DriverLock, check_store, lock_paths
+        from orchestrator.tracking.client import Tracker
+        from orchestrator.tracking.uris import sqlite_path
+
         # --resume reads a store that must exist: a wrong folder gets no new empty mlflow.db
         try:
             self.tracker = Tracker(opts.tracking_uri, create=not opts.resume,
@@ -165,7 +182,7 @@ class Session:
         from orchestrator.run.preflight import array_resources
         from orchestrator.run.resources import cluster_nodes
         from trainables.runtime import ray_address, shipping
-        from trainables.runtime.ray_env import init_ray
+        from trainables.runtime.ray_env import init_ray, sigterm_as_interrupt
 
         opts, c = self.opts, self.campaign
         ray_address.check(opts.address)  # nobody at the address: one line, before the parent run
@@ -177,7 +194,10 @@ class Session:
         # callbacks) runs meanwhile instead of after it.
         tune_imported = import_aside("orchestrator.run.live")
         try:
-            init_ray(opts.address, log_to_driver=False)
+            if self._early_ray is not None:
+                self._early_ray.claim()  # started beside the store's opening, where it was
+            init_ray(opts.address, log_to_driver=False)  # a no-op where it was
+            sigterm_as_interrupt()  # here: the thread that started Ray could not install it
         except Exception as e:  # a cluster that is not there, a raylet that did not come up
             from trainables.runtime.ray_env import root_cause
 

@@ -26,6 +26,7 @@ from orchestrator.run.launch import Launch
 from orchestrator.run.resources import TRIAL_DRIVER_RESOURCES
 
 _POLL_S = 0.5  # how often the forwarder looks whether the run has ended
+_ENDED = object()  # put on a plain queue when its run has returned
 
 
 class TrialFailed(RuntimeError):
@@ -133,6 +134,9 @@ def forward_reports(run: Callable[[Any], Any], report: Callable[[dict], None] | 
             outcome["result"] = run(reports)
         except BaseException as e:  # re-raised in the caller's thread
             outcome["error"] = e
+        finally:
+            if isinstance(reports, LocalReports):  # the end, read at once, not a poll later
+                reports.put(_ENDED)
 
     worker = threading.Thread(target=target, name="train-run", daemon=True)
     worker.start()
@@ -147,6 +151,8 @@ def forward_reports(run: Callable[[Any], Any], report: Callable[[dict], None] | 
                 if ended:
                     break
                 continue
+            if item is _ENDED:  # put after the run's last report: nothing follows it
+                break
             report(item)
     finally:
         reports.shutdown(force=True)

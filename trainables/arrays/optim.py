@@ -94,8 +94,12 @@ class ArrayAdamW:
         self.flat = FlatStack([self.stacked[k] for k in self.flat_idx]) if fits else None
         """the stacked parameters (less ``apart``) and their gradients as views of two (M, N)
         buffers, or None (none to lay out, or of mixed dtypes)"""
-        self.m_st = [torch.zeros_like(p) for p in self.stacked]
-        self.v_st = [torch.zeros_like(p) for p in self.stacked]
+        # The laid-out tensors' moments become views of the flat buffers (``_flat_moments``):
+        # zeros only for the others, not a first copy of every stacked weight thrown away (on
+        # ten MiniLM members, 1.8 GB allocated and freed, ~0.8 s).
+        loose = set(self.loose_idx)
+        self.m_st = [torch.zeros_like(p) if k in loose else None for k, p in enumerate(self.stacked)]
+        self.v_st = [torch.zeros_like(p) if k in loose else None for k, p in enumerate(self.stacked)]
         if self.flat is not None:
             self.m_flat, self.v_flat = (torch.zeros_like(self.flat.data) for _ in range(2))
             self._flat_moments()
