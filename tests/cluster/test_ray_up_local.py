@@ -422,7 +422,12 @@ def test_ray_up_table_ray_down(lab):
                     tunnel.wait(timeout=60)
             if tunnel.poll() is None:  # a tunnel alone: Ctrl-C
                 os.killpg(tunnel.pid, signal.SIGINT)
-            tunnel.wait(timeout=60)
+            try:
+                tunnel.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # the user's ssh, not ours: say so, end it
+                os.killpg(tunnel.pid, signal.SIGKILL)
+                tunnel.wait(timeout=60)
+                log(f"`{cmd}` outlived Ctrl-C by 60 s; killed")
 
     # the plain tunnel first: `ray attach` shares one SSH connection that outlives it a while
     for cmd in sorted(commands, key=lambda c: not c.startswith("ssh ")):
