@@ -205,6 +205,22 @@ def run_array(config: dict[str, Any], session: Any) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def train_in_trial(config: dict[str, Any], storage: str, name: str, keep_checkpoints: bool,
+                   gpus: float, reports: Any) -> None:
+    """Run the array of ``config`` (``loop_config``) in this process, a Tune trial's
+    (``trainables.runtime.in_trial``): its checkpoints under ``storage``/``name``, each report
+    put on ``reports``."""
+    import os
+
+    from trainables.runtime.checkpoint_store import CheckpointStore
+    from trainables.runtime.in_trial import TrialSession
+
+    for k, v in QUIET_ENV.items():  # before transformers is imported, which reads them
+        os.environ.setdefault(k, v)
+    store = CheckpointStore(storage, name, keep_checkpoints)
+    run_array(config, TrialSession(store, reports, gpus))
+
+
 def run_torch_trainer(members: Sequence[tuple[str, RunConfig | Mapping[str, Any]]], name: str,
                       storage_path: str, callbacks: list | None = None, max_failures: int = 0,
                       cpus: float = 1.0, gpus: float = 1.0, owner: str | None = None,

@@ -69,8 +69,7 @@ def trial_fn(config: dict[str, Any], arrays: Sequence[Launch]) -> None:
 
     if one_worker(plan):
         def run(reports: Any) -> Any:
-            from trainables.runtime.in_trial import train_in_trial
-            from trainables.train import loop_config, uses_gpu
+            from trainables.train import loop_config, train_in_trial, uses_gpu
 
             gpus = plan.gpus if uses_gpu(runs[0][1], plan.gpus) else 0.0
             cfg = loop_config(runs, dict(plan.methods), plan.cpus, plan.keep_checkpoints,

@@ -4,7 +4,8 @@ A Train V2 run is a controller, a synchronization actor and its workers, each a 
 that imports Ray and Train (about 5.5 CPU seconds each, ``bench/README.md``) before a worker
 imports torch. An array of one worker averages no gradients, so none of that does anything for
 it: its Tune trial holds the array's CPUs/GPUs itself (``orchestrator.run.trial``) and runs the
-same loop (``trainables.train.run_array``) in its own process. What Train did for it is done here:
+same loop (``trainables.train.run_array``, through ``train_in_trial`` there) in its own process,
+with the session here. What Train did for it is done here:
 
 - checkpoints go where Train put them, ``<storage>/<run name>/checkpoint_*``, whole or absent
   (``checkpoint_store``); the newest is loaded when the trial starts, so Tune's restart of a
@@ -18,7 +19,6 @@ Arrays of several workers still train through Ray Train (torch.distributed betwe
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,3 @@ class TrialSession:
 
     def progress(self, item: dict[str, Any]) -> None:
         self.reports.put_nowait({**item, "progress": 1})
-
-
-def train_in_trial(config: dict[str, Any], storage: str, name: str, keep_checkpoints: bool,
-                   gpus: float, reports: Any) -> None:
-    """Run the array of ``config`` (``trainables.train.loop_config``) in this process, its
-    checkpoints under ``storage``/``name``, each report put on ``reports``."""
-    from trainables.train import QUIET_ENV, run_array
-
-    for k, v in QUIET_ENV.items():  # before transformers is imported, which reads them
-        os.environ.setdefault(k, v)
-    session = TrialSession(CheckpointStore(storage, name, keep_checkpoints), reports, gpus)
-    run_array(config, session)
