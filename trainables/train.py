@@ -205,8 +205,8 @@ def run_array(config: dict[str, Any], session: Any) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def train_in_trial(config: dict[str, Any], storage: str, name: str, keep_checkpoints: bool,
-                   gpus: float, reports: Any) -> None:
+def train_in_trial(config: dict[str, Any], storage: str, name: str, gpus: float,
+                   reports: Any) -> None:
     """Run the array of ``config`` (``loop_config``) in this process, a Tune trial's
     (``trainables.runtime.in_trial``): its checkpoints under ``storage``/``name``, each report
     put on ``reports``."""
@@ -217,7 +217,7 @@ def train_in_trial(config: dict[str, Any], storage: str, name: str, keep_checkpo
 
     for k, v in QUIET_ENV.items():  # before transformers is imported, which reads them
         os.environ.setdefault(k, v)
-    store = CheckpointStore(storage, name, keep_checkpoints)
+    store = CheckpointStore(storage, name, bool(config.get("keep_checkpoints")))
     run_array(config, TrialSession(store, reports, gpus))
 
 

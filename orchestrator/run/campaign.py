@@ -101,13 +101,9 @@ class Session:
             res, who = array_resources(opts, campaign.members)
             res.check_fits(local_resources(), "this machine", who)
         self.storage = storage_uri(opts.storage)
-        self._early_ray = None
-        if not opts.address and not opts.resume and not opts.queue:
-            from orchestrator.run.early_ray import EarlyRay
-            from trainables.runtime import shipping
+        from orchestrator.run.early_ray import EarlyRay
 
-            shipping.check()  # what Ray would refuse to ship: refused before it starts
-            self._early_ray = EarlyRay.beside(opts)  # while the MLflow store opens
+        self._early_ray = EarlyRay.beside(opts)  # while the MLflow store opens
         try:
             self._open(campaign, opts)
         except BaseException:

@@ -36,6 +36,9 @@ class EarlyRay:
         """Start it now where this run would start the embedded Ray anyway (see above)."""
         if opts.address or opts.resume or opts.queue:
             return None
+        from trainables.runtime import shipping
+
+        shipping.check()  # what Ray would refuse to ship: refused before it starts
         return cls()
 
     def _start(self) -> None:

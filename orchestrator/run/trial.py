@@ -74,8 +74,7 @@ def trial_fn(config: dict[str, Any], arrays: Sequence[Launch]) -> None:
             gpus = plan.gpus if uses_gpu(runs[0][1], plan.gpus) else 0.0
             cfg = loop_config(runs, dict(plan.methods), plan.cpus, plan.keep_checkpoints,
                               plan.halving, dict(plan.groups))
-            return train_in_trial(cfg, plan.storage, plan.name, plan.keep_checkpoints, gpus,
-                                  reports)
+            return train_in_trial(cfg, plan.storage, plan.name, gpus, reports)
 
         channel: Any = LocalReports()
     else:
