@@ -37,11 +37,15 @@ and, always, the whole suite's expected wall time on one H100 SXM (989 dense bf1
 the row list and these stated assumptions (estimates, not measurements): start-up (imports, the
 random BERT) 30 s; an array step at 25% MFU and at least 40 ms; the official loop at 30 TFLOP/s
 (fp32/TF32) and 40 ms at least, 3 s a SentEval evaluation; 1 s + 0.2 s a member to build an array;
-a captured array's compilation ``COMPILE_S`` + ``COMPILE_PER_MEMBER_S`` a member (Inductor and the
-CUDA graph: not yet measured on a GPU); a peer process's start-up 20 s. ``--budget-s`` (default
-420 on CUDA: 8 minutes less start-up and margin) keeps the rows, in priority order (``PRIORITY``),
-that fit, and drops the rest, naming each; a row that would end past the budget at run time is
-dropped too. Exits 1 when a member is not independent.
+a captured array's compilation ``COMPILE_S`` + ``COMPILE_PER_MEMBER_S`` a member (150 s + 5 s:
+on one H200 the array of 20 was still compiling after 170 s); a peer row's start-up 90 s (one
+H200: the start-up and both peer rows took ~285 s). ``--budget-s`` (default 540 on CUDA: 9
+minutes, counted from the process's start, imports included) keeps the rows, in priority order
+(``PRIORITY``), that fit, and drops the rest, naming each; a row that would end past the budget
+at run time is dropped too, and so is every row once the budget is spent. Each log line is stamped
+with the seconds since the start. After every row, ``gpu_suite.partial.json`` holds what was
+measured so far (a run killed at its limit keeps its rows); the whole report replaces it. Exits 1
+when a member is not independent.
 """
 
 from __future__ import annotations
@@ -66,8 +70,11 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+_T0 = time.perf_counter()
+"""the process's start (before torch): the budget counts from here, imports included (on a fresh
+machine they are not the few seconds they are on a warm one)"""
 
-import torch
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a fresh clone: python bench/...
 from bench.train_step import (  # noqa: E402
@@ -90,9 +97,11 @@ SUITE_VERSION = 2
 H100_PEAK = 989e12
 """dense bf16 FLOP/s of one H100 SXM: the peak the expected wall time is stated against"""
 ARRAY_MFU, LAUNCH_FLOOR_S, OFFICIAL_TFLOPS, EVAL_S = 0.25, 0.040, 30.0, 3.0
-START_S, BUILD_S, BUILD_PER_MEMBER_S, PEER_START_S = 30.0, 1.0, 0.2, 20.0
-COMPILE_S, COMPILE_PER_MEMBER_S = 60.0, 2.0
-"""the plan's assumptions (module docstring): estimates, not measurements"""
+START_S, BUILD_S, BUILD_PER_MEMBER_S, PEER_START_S = 30.0, 1.0, 0.2, 90.0
+COMPILE_S, COMPILE_PER_MEMBER_S = 150.0, 5.0
+"""the plan's assumptions (module docstring): estimates. PEER_START_S and the compilation's are
+floors from one H200 (2026-11-29): the start-up and the two peer rows took ~285 s together (86 s
+planned), and the captured array of 20 was still compiling after 170 s (~100 s planned)"""
 FILL, SHRINK, MAX_TRIES = 0.95, 0.9, 3
 TOLERANCE = {"bf16": {"rtol": 1e-2, "atol": 1e-2, "dev": 0.5},
              "fp32": {"rtol": 0.0, "atol": 1e-5, "dev": 1e-3}}
@@ -100,9 +109,13 @@ UNDER_TEST = 1
 """the member under test: index 1 of the mix (KDMCSE with seed + 1)"""
 OTHER_SEED = 100
 PROFILE_STEPS = 3
-PRIORITY = ("official", "eager 1", "eager 20", "eager 5", "captured 20", "independence bf16", "independence fp32", "peers 8", "peers 4", "largest",
-            "captured 5", "captured 1")
-"""rows by priority: what ``--budget-s`` keeps first"""
+PRIORITY = ("official", "eager 1", "eager 20", "eager 5", "independence bf16", "independence fp32",
+            "captured 20", "largest", "peers 8", "peers 4", "captured 5", "captured 1")
+"""rows by priority: what ``--budget-s`` keeps first (the cheap rows before the compilation, whose
+cost is the least known; the peers last of the measured kinds: their rate was measured on an H200
+on 2026-11-29, bench/README.md)"""
+DEFAULT_BUDGET_S = 540.0
+"""--budget-s on CUDA: 9 minutes from the process's start, one 10-minute visit with a margin"""
 
 
 @dataclass
@@ -208,9 +221,9 @@ def h100_expected(rows: Sequence[Row]) -> float:
     return START_S + sum(r.h100_s for r in rows if r.status != "dropped")
 
 
-def default_on_h100(bc: BenchConfig, budget_s: float = 420.0) -> dict[str, Any]:
+def default_on_h100(bc: BenchConfig, budget_s: float = DEFAULT_BUDGET_S) -> dict[str, Any]:
     """What ``python bench/gpu_suite.py --out DIR`` (the defaults: BERT-base, batch 64, 32 tokens,
-    5 + 3 x 10 steps a row, peers 4 and 8, --budget-s 420) is expected to take on one H100, from
+    5 + 3 x 10 steps a row, peers 4 and 8, --budget-s 540) is expected to take on one H100, from
     its row list: the statement every run prints, whatever its own device and sizes."""
     full = replace(bc, tiny=False, batch_sizes=(64,), max_length=32, steps=10, warmup=5, windows=3,
                    precision="auto")
@@ -365,12 +378,23 @@ def profile_phases(trainer, step, bc: BenchConfig) -> dict:
             step()
         _sync(device)
         wall = (time.perf_counter() - t0) / PROFILE_STEPS * 1e3
-    events = prof.key_averages()
-    phases = {e.key.removeprefix("array/"): {
-        "host_ms": e.cpu_time_total / 1e3 / PROFILE_STEPS,
-        "device_ms": e.device_time_total / 1e3 / PROFILE_STEPS if bc.device == "cuda" else None}
-        for e in events if e.key.startswith("array/")}
-    busy = sum(e.self_device_time_total for e in events) / 1e3 / PROFILE_STEPS if bc.device == "cuda" else None
+    from torch.autograd import DeviceType
+
+    # From the host's ranges alone: on CUDA each range also comes back as a device-side annotation
+    # of the same name (no host time), and a table keyed by name kept that one (host 0.0 on an H200).
+    phases: dict[str, dict[str, float | None]] = {}
+    for e in prof.events():
+        if e.name.startswith("array/") and e.device_type == DeviceType.CPU:
+            p = phases.setdefault(e.name.removeprefix("array/"),
+                                  {"host_ms": 0.0, "device_ms": 0.0 if bc.device == "cuda" else None})
+            p["host_ms"] += e.cpu_time_total / 1e3 / PROFILE_STEPS
+            if bc.device == "cuda":  # the kernels launched inside the range, its children's too
+                p["device_ms"] += e.device_time_total / 1e3 / PROFILE_STEPS
+    # The device's own events, less the annotations: each spans its range's kernels, which the
+    # sum of every event's device time counted twice (737 ms of device time a 355 ms step).
+    busy = (sum(e.time_range.elapsed_us() for e in prof.events()
+                if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False))
+            / 1e3 / PROFILE_STEPS) if bc.device == "cuda" else None
     return {"members": trainer.model.n_members, "compile": trainer.cfg.compile, "wall_ms": wall,
             "device_busy_ms": busy, "phases": phases}
 
@@ -542,8 +566,11 @@ def markdown(report: dict) -> str:
 def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
               budget_s: float | None = None, workdir: Path | None = None, peers: Sequence[int] = (),
               sizes: Sequence[int] = (1, 5, 20), largest_cap: int = 64,
-              log: Callable[[str], None] = lambda s: None) -> dict:
-    t_start = time.perf_counter()
+              log: Callable[[str], None] = lambda s: None, started: float | None = None,
+              save: Callable[[dict], None] | None = None) -> dict:
+    """Every row that fits ``budget_s``, counted from ``started`` (a ``time.perf_counter()``;
+    default now). ``save(partial)`` after each row: what a run killed at its limit has measured."""
+    t_start = time.perf_counter() if started is None else started
     peak = peak_flops(bc)[0]
     sizes = sorted(set(sizes))
     rows_plan = plan_rows(bc, peak, sizes, peers, independence_steps, 40)
@@ -572,12 +599,20 @@ def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
     def left() -> float:
         return (budget_s - (time.perf_counter() - t_start)) if budget_s else math.inf
 
+    def plan_report() -> dict:
+        return {"budget_s": budget_s, "dropped": [r.name for r in rows_plan if r.status == "dropped"],
+                "h100_expected_s": h100_expected(rows_plan), "default_on_h100": default,
+                "rows": [{"name": r.name, "planned_s": r.planned_s, "h100_s": r.h100_s, "status": r.status,
+                          "took_s": r.took_s, "note": r.note} for r in rows_plan]}
+
     def part(name: str, fn: Callable[[], Any]) -> Any:
         r = plan.get(name)
         if r is None or r.status == "dropped":
             return None
-        if r.planned_s is not None and r.planned_s > left():
-            r.status, r.note = "dropped", f"--budget-s: planned {r.planned_s:.0f} s, {max(0.0, left()):.0f} s left"
+        # A row without an estimate (no peak on this device) still stops at the budget's end.
+        if (r.planned_s or 0.0) > left() or left() <= 0:
+            planned = "no estimate" if r.planned_s is None else f"planned {r.planned_s:.0f} s"
+            r.status, r.note = "dropped", f"--budget-s: {planned}, {max(0.0, left()):.0f} s left"
             log(f"dropped: {name} ({r.note})")
             return None
         t = time.perf_counter()
@@ -585,12 +620,15 @@ def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
         r.took_s = time.perf_counter() - t
         if r.status == "planned":
             r.status = "measured"
+        if save is not None:  # the rows so far, as the final report will hold them
+            save({**report, "rows": list(rows), "partial": True, "plan": plan_report(),
+                  "timing_s": {"so_far": time.perf_counter() - t_start}})
         return out
 
     with tempfile.TemporaryDirectory(prefix="gpu-suite-", dir=workdir) as tmp:
         t0 = time.perf_counter()
         ws = make_workspace(Path(tmp) / "ws", bc)
-        timing = {"workspace": time.perf_counter() - t0}
+        timing = {"start": t0 - t_start, "workspace": time.perf_counter() - t0}
         # The peers first: their processes start before this one holds the device (an MPS
         # daemon serves the contexts made after it starts).
         mps_env, mps_line = (None, "not tried: no peer row runs")
@@ -666,10 +704,7 @@ def run_suite(bc: BenchConfig, command: str, *, independence_steps: int = 20,
     report["targets"] = targets
     timing["total"] = time.perf_counter() - t_start
     report["timing_s"] = timing
-    report["plan"] = {"budget_s": budget_s, "dropped": [r.name for r in rows_plan if r.status == "dropped"],
-                      "h100_expected_s": h100_expected(rows_plan), "default_on_h100": default,
-                      "rows": [{"name": r.name, "planned_s": r.planned_s, "h100_s": r.h100_s, "status": r.status,
-                                "took_s": r.took_s, "note": r.note} for r in rows_plan]}
+    report["plan"] = plan_report()
     report["markdown"] = markdown(report)
     return report
 
@@ -704,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch CPU threads (default 1 on a CPU: spinning threads of a shared CPU cost more than they give)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="keep the rows that fit this many seconds, by priority, and name the others "
-                        "(default 420 on CUDA: 8 minutes less start-up; none on a CPU)")
+                        "from the process's start, imports included (default 540 on CUDA: "
+                        "9 minutes; none on a CPU)")
     p.add_argument("--peers", nargs="*", type=int, default=[4, 8], metavar="N",
                    help="time N official-style runs as separate processes at once, summed (default 4 8)")
     p.add_argument("--largest-cap", type=int, default=None,
@@ -745,21 +781,29 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(err))
     if bc.warmup < 2:
         p.error("--warmup must be >= 2: a captured array's first step is eager, its second compiles")
-    budget = a.budget_s if a.budget_s is not None else (420.0 if a.device == "cuda" else None)
+    budget = a.budget_s if a.budget_s is not None else (DEFAULT_BUDGET_S if a.device == "cuda" else None)
     command = " ".join(["python", "bench/gpu_suite.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     if any(n < 1 for n in a.peers):
         p.error("--peers lists process counts >= 1")
     cap = a.largest_cap or (24 if tiny else 64)
-    report = run_suite(bc, command, independence_steps=a.independence_steps, budget_s=budget,
-                       peers=a.peers, sizes=(1, *sizes), largest_cap=cap,
-                       log=lambda s: print(s, file=sys.stderr, flush=True))
-    print(report["markdown"])
     target = (a.out / "gpu_suite.json") if a.out else a.json
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(tmp, target)
+    partial = target.with_name(target.stem + ".partial.json")
+
+    def write(path: Path, report: dict) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    report = run_suite(bc, command, independence_steps=a.independence_steps, budget_s=budget,
+                       peers=a.peers, sizes=(1, *sizes), largest_cap=cap, started=_T0,
+                       # each line stamped with the seconds since the process started
+                       log=lambda s: print(f"[{time.perf_counter() - _T0:4.0f} s] {s}", file=sys.stderr, flush=True),
+                       save=lambda r: write(partial, r))
+    print(report["markdown"])
+    write(target, report)
     target.with_suffix(".md").write_text(report["markdown"] + "\n")
+    partial.unlink(missing_ok=True)  # the whole report replaces what a killed run would leave
     ok = all(ind["passed"] for ind in report["independence"].values())
     return 0 if ok else 1
 

@@ -99,10 +99,12 @@ def test_every_row_is_measured_and_written(suite):
     # where the largest planned array's step goes, eager and captured
     assert {(p["members"], p["compile"]) for p in r["profiles"]} == {(3, "off"), (3, "graphs")}
     assert all(p["wall_ms"] > 0 and p["phases"] for p in r["profiles"])
+    assert all(v["host_ms"] > 0 for p in r["profiles"] for v in p["phases"].values())
     # the plan: every row planned, nothing dropped, the H100 wall time stated
     plan = r["plan"]
     assert not plan["dropped"] and all(x["took_s"] is not None for x in plan["rows"])
-    assert plan["default_on_h100"]["expected_s"] < 480  # the default command fits 8 minutes
+    assert plan["default_on_h100"]["expected_s"] < 540  # the default command fits its 9 minutes
+    assert not out.with_name("gpu_suite.partial.json").exists()  # replaced by the whole report
     md = out.with_suffix(".md").read_text()
     assert md == r["markdown"] + "\n" and r["markdown"] in proc.stdout
     assert md.count("\n| ours |") == sum(x["loop"] == "ours" for x in rows)
@@ -132,6 +134,48 @@ def test_the_cost_estimate_reads_the_report(suite):
     want = {1: len(ones) / sum(ones), **{k: k * rows[k]["steps_per_s_with_eval"] for k in (2, 3)}}
     assert {k: v for k, v in m.rates.items() if k in want} == pytest.approx(want)
     assert m.precision == "fp32"  # its arrays trained in fp32 (--precision auto on a CPU)
+
+
+def _tiny():
+    sys.path.insert(0, str(ROOT))
+    from bench import gpu_suite
+    from bench.train_step import BenchConfig
+
+    return gpu_suite, BenchConfig(device="cpu", tiny=True, members=(1, 2), batch_sizes=(8,), max_length=16,
+                                  steps=1, warmup=2, windows=1, eval_pairs=(8, 8, 8))
+
+
+def test_a_row_with_no_estimate_stops_at_the_end_of_the_budget(tmp_path):
+    """On a CPU no row has an estimate; once the budget (counted from the process's start, here
+    100 s ago) is spent, every row is dropped and named, none run."""
+    import time
+
+    gpu_suite, bc = _tiny()
+    r = gpu_suite.run_suite(bc, "cmd", budget_s=50, sizes=(1, 2), independence_steps=2,
+                            started=time.perf_counter() - 100, workdir=tmp_path)
+    assert r["rows"] == [] and r["plan"]["dropped"]
+    assert {x["name"] for x in r["plan"]["rows"]} == set(r["plan"]["dropped"])
+    assert all("no estimate, 0 s left" in x["note"] for x in r["plan"]["rows"])
+
+
+def test_each_row_is_saved_as_it_ends(tmp_path):
+    """A run killed at its limit keeps what it measured: ``save`` gets the report so far after
+    each row (here the first, the official loop's three methods, then the run is stopped)."""
+    gpu_suite, bc = _tiny()
+    saved = []
+
+    def save(partial):
+        saved.append(partial)
+        raise KeyboardInterrupt  # the kill, right after the first row
+
+    with pytest.raises(KeyboardInterrupt):
+        gpu_suite.run_suite(bc, "cmd", sizes=(1, 2), independence_steps=2, workdir=tmp_path, save=save)
+    (first,) = saved
+    assert first["partial"] and json.dumps(first)  # written as JSON
+    assert sorted(next(iter(x["methods"])) for x in first["rows"]) == ["dalr", "kdmcse", "mcse"]
+    assert {x["loop"] for x in first["rows"]} == {"official"}
+    status = {x["name"]: x["status"] for x in first["plan"]["rows"]}
+    assert status["official"] == "measured" and status["eager 1"] == "planned"
 
 
 @pytest.mark.slow
