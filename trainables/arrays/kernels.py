@@ -15,7 +15,8 @@ scale, copy or take the norm of many tensors is a kernel per tensor. So the arra
   captured whole step of ``compile=graphs`` (``capture.py``). Where the switch is missing, the
   encoder alone is captured, and a line says why.
 - ``torch.utils._python_dispatch.TorchDispatchMode``: counting the operators a method's heads and
-  loss run (``method_check.py``'s cost of one by one), which no public API sees below autograd.
+  loss run (``method_check.py``'s cost of one by one), which no public API sees below autograd;
+  its ``_should_skip_dynamo``, overridden so that counting does not import torch._dynamo.
 
 Each is looked up once, here, and its schema (``torch.ops.aten``) is compared with the call this
 module makes: the names and types of its positional arguments in their order (the fused kernel
@@ -208,6 +209,13 @@ class KernelCount(TorchDispatchMode):
     def __init__(self, not_counted: frozenset[str]) -> None:
         super().__init__()
         self.not_counted, self.count = not_counted, 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in ``_disable_dynamo``, whose first call
+        # imports torch._dynamo: ~3 s of the driver's pre-start check, before anything starts.
+        # This mode never runs under torch.compile, so there is nothing for it to disable.
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not func.is_view and func.overloadpacket.__name__ not in self.not_counted:

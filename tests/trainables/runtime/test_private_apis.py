@@ -187,3 +187,21 @@ def test_the_path_is_said_once_and_names_a_fallback(monkeypatch):
     assert kernels.optimizer_path() == (
         "optimizer: single-tensor AdamW, slower (torch._fused_adamw_ is missing); public loops "
         "instead of torch._foreach_copy_ is missing")
+
+
+def test_counting_operators_does_not_import_dynamo():
+    """The driver's pre-start check counts a method's operators: torch wraps a dispatch mode in
+    ``_disable_dynamo``, whose first call imports torch._dynamo (~3 s before anything starts),
+    unless the mode's ``_should_skip_dynamo`` says no. A torch that drops that hook fails here."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from trainables.arrays.kernels import KernelCount\n"
+            "with KernelCount(frozenset()) as c:\n"
+            "    (torch.ones(3, requires_grad=True) * 2).sum().backward()\n"
+            "assert c.count >= 3, c.count\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False", "counting imported torch._dynamo: see kernels.KernelCount"
