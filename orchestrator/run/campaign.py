@@ -383,6 +383,12 @@ class Session:
         # A failed trial is one "FAILED ... : reason" line of the live view and a tag in MLflow;
         # Tune's own print of it (a traceback, an OOM report) stays in the trial's error.txt.
         os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+        # Tune's own loggers, less TensorBoard's: MLflow holds the curves, and tensorboardX's
+        # import (boto3 with it: 1-2 s) sat between the parent run and the first trial. Its CSV
+        # and JSON logs stay, where Tune users look (each trial's progress.csv, result.json).
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+        loggers = ([] if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] != "1"
+                   else [tune.logger.CSVLoggerCallback(), tune.logger.JsonLoggerCallback()])
         launches = [launch_of(a) for a in arrays]
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(trial_fn, arrays=launches),
@@ -392,7 +398,7 @@ class Session:
                                         trial_dirname_creator=dirname),
             run_config=tune.RunConfig(
                 name=path_part(experiment), storage_path=self.storage, verbose=0,
-                callbacks=[*callbacks, cleanup_callback(), report_imports_callback()],
+                callbacks=[*callbacks, *loggers, cleanup_callback(), report_imports_callback()],
                 failure_config=tune.FailureConfig(max_failures=self.opts.max_failures),
             ),
         )

@@ -81,6 +81,10 @@ def test_table_runs_to_the_end_with_nested_runs(workdir, first_run):
     assert st.encode(["a dog runs on the beach ."]).shape == (1, 32)
     assert not list((workdir / "runs").rglob("model.sentence_transformer"))
     assert not list((workdir / "runs").rglob("state.pt"))
+    # Tune's CSV and JSON logs per trial, no TensorBoard files (MLflow holds the curves)
+    assert len(list((workdir / "runs").rglob("result.json"))) == 2
+    assert len(list((workdir / "runs").rglob("progress.csv"))) == 2
+    assert not list((workdir / "runs").rglob("events.out.tfevents*"))
     reports = list((workdir / "reports").glob("kdmcse_table3-*/report.md"))
     assert len(reports) == 1  # beside the store, where a user looks
     arts = {a.path for a in tr.client.list_artifacts(parent.info.run_id)}
