@@ -22,6 +22,7 @@ from trainables.arrays.hf_layout import (
     check_config,
     check_state_dict,
     expected_shapes,
+    read_weights,
 )
 
 
@@ -133,8 +134,10 @@ class StackedEncoder(nn.Module):
     def from_pretrained(cls, source: str | os.PathLike, n_members: int, *,
                         hidden_dropout: float | None = None,
                         attention_dropout: float | None = None) -> StackedEncoder:
-        """Load ``source`` once (fp32) and replicate its weights ``n_members`` times."""
-        from transformers import AutoConfig, AutoModel
+        """Load ``source`` once (fp32) and replicate its weights ``n_members`` times: from its
+        safetensors files where they hold every tensor (``hf_layout.read_weights``), else through
+        ``AutoModel.from_pretrained``."""
+        from transformers import AutoConfig
 
         if n_members < 1:
             raise ValueError(f"n_members={n_members} must be >= 1")
@@ -145,8 +148,12 @@ class StackedEncoder(nn.Module):
             overrides["attention_probs_dropout_prob"] = attention_dropout
         cfg = AutoConfig.from_pretrained(source, **overrides)
         check_config(cfg)  # before loading weights
-        model = AutoModel.from_pretrained(source, config=cfg, dtype=torch.float32)
-        return cls(cfg, [model.state_dict()] * n_members)
+        state = read_weights(source, cfg)
+        if state is None:  # a hub name, a .bin file, old key names: transformers knows them all
+            from transformers import AutoModel
+
+            state = AutoModel.from_pretrained(source, config=cfg, dtype=torch.float32).state_dict()
+        return cls(cfg, [state] * n_members)
 
     # ----------------------------------------------------------------------------- shapes
     @property

@@ -10,7 +10,9 @@ naming the setting and the fix; ``stacked_unsupported`` names the architectures 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -104,3 +106,54 @@ def check_state_dict(state: Mapping[str, torch.Tensor], shapes: Mapping[str, tup
         if tuple(state[k].shape) != shape:
             raise ValueError(f"{what}: {k} has shape {tuple(state[k].shape)}, the config needs {shape}; "
                              "pass a state dict of the config's architecture")
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+
+def read_weights(source: str | os.PathLike, cfg) -> dict[str, torch.Tensor] | None:
+    """The tensors ``expected_shapes(cfg)`` names, read straight from a local folder's
+    safetensors files (``model.safetensors``, or the shards its index names), in float32; None
+    where that would not be what ``AutoModel.from_pretrained(source, dtype=torch.float32)``
+    loads: no such folder or file (a hub name, ``pytorch_model.bin``), a key missing (transformers
+    would initialise it at random, or rename an old one), a shape off, a tensor not floating.
+
+    Why not transformers: building its ``BertModel`` to read a state dict imports its modeling
+    code (torch.distributed.tensor, torch._dynamo with it): 3-4 CPU s in every array, before its
+    first step. The keys are the base model's, bare or under its prefix (``bert.``, ``roberta.``,
+    as a model with a head saves them), as transformers accepts them; values are cast as it
+    casts them (a float16 or bfloat16 file to float32 exactly)."""
+    import json
+
+    folder = Path(source)
+    if not folder.is_dir():
+        return None
+    index = folder / WEIGHT_FILES[1]
+    try:
+        if (folder / WEIGHT_FILES[0]).is_file():
+            files = [folder / WEIGHT_FILES[0]]
+        elif index.is_file():
+            files = [folder / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        else:
+            return None
+        from safetensors import safe_open
+
+        shapes = expected_shapes(cfg)
+        prefix = f"{cfg.model_type}."
+        out: dict[str, torch.Tensor] = {}
+        for path in files:
+            with safe_open(str(path), framework="pt") as f:
+                names = set(f.keys())
+                for key in shapes:
+                    name = key if key in names else prefix + key if prefix + key in names else None
+                    if name is not None and key not in out:
+                        out[key] = f.get_tensor(name)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if set(out) != set(shapes):
+        return None
+    for key, t in out.items():
+        if tuple(t.shape) != shapes[key] or not t.is_floating_point():
+            return None
+        out[key] = t.to(torch.float32)
+    return out

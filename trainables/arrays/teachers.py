@@ -68,6 +68,8 @@ def _member_teachers(m: Member, loaded: dict, stacks: dict, dtype: torch.dtype, 
     if not m.needs.teacher_tokens and all(c in stored for c in m.teachers.columns):
         m.teacher_columns = tuple(m.teachers.columns)
     else:  # the teachers run every caption step: as one stacked forward where they can
+        for t in m.teachers.teachers:
+            t.model  # built here, so a teacher that cannot load fails its members now  # noqa: B018
         key = tuple(id(t) for t in m.teachers.teachers)
         if key not in stacks:
             stacks[key] = StackedTeachers.build(m.teachers.teachers)

@@ -80,8 +80,7 @@ class TextTeacher:
         retokenize: bool = False,
         max_length: int = 32,
     ):
-        from transformers import AutoConfig, AutoModel, CLIPTextModelWithProjection
-        from transformers.utils import logging as hf_logging
+        from transformers import AutoConfig
 
         self.name_or_path = str(name_or_path)
         self.name = name or re.sub(r"[^0-9a-z]+", "_", Path(self.name_or_path).name.lower()).strip("_")
@@ -100,18 +99,12 @@ class TextTeacher:
         # bf16 halves teacher memory/time on GPU; CPUs have no fast bf16 matmul, so fp32 there.
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if self.kind == "clip":
-            text_cfg = config.text_config if config.model_type == "clip" else config
+            self.config = config.text_config if config.model_type == "clip" else config
             if config.model_type == "clip":
-                text_cfg.projection_dim = config.projection_dim
-            level = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()  # the vision tower's weights are expected leftovers
-            try:
-                model = CLIPTextModelWithProjection.from_pretrained(self.name_or_path, config=text_cfg)
-            finally:
-                hf_logging.set_verbosity(level)
+                self.config.projection_dim = config.projection_dim
         else:
-            model = AutoModel.from_pretrained(self.name_or_path)
-        self.model = model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
+            self.config = config
+        self._model = None
         self.tokenizer = as_tokenizer(self.name_or_path)
         self.retokenize = retokenize
         self.max_length = max_length
@@ -119,13 +112,35 @@ class TextTeacher:
             check_same_vocab(self.tokenizer, as_tokenizer(student_tokenizer), self.name_or_path)
 
     @property
+    def model(self):
+        """The frozen Hugging Face model, built at its first use: a run whose captions carry this
+        teacher's stored embeddings never runs it, nor pays for transformers' modeling import
+        (3-4 CPU s an array) or its weights' memory."""
+        if self._model is None:
+            from transformers import AutoModel, CLIPTextModelWithProjection
+            from transformers.utils import logging as hf_logging
+
+            if self.kind == "clip":
+                level = hf_logging.get_verbosity()
+                hf_logging.set_verbosity_error()  # the vision tower's weights are expected leftovers
+                try:
+                    model = CLIPTextModelWithProjection.from_pretrained(self.name_or_path, config=self.config)
+                finally:
+                    hf_logging.set_verbosity(level)
+            else:
+                model = AutoModel.from_pretrained(self.name_or_path)
+            self._model = model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
+        return self._model
+
+    @property
     def dim(self) -> int:
-        cfg = self.model.config
+        cfg = self.config
         return int(cfg.projection_dim if self.pooler == "projection" else cfg.hidden_size)
 
     def to(self, device: str | torch.device) -> TextTeacher:
         self.device = torch.device(device)
-        self.model.to(self.device)
+        if self._model is not None:
+            self._model.to(self.device)
         return self
 
     @torch.no_grad()  # no_grad, not inference_mode: outputs are used as constants in autograd losses

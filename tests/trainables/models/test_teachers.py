@@ -179,3 +179,19 @@ def test_teacher_forward_takes_its_mask_built_ahead(which, request, monkeypatch)
     assert (tok["attention_mask"] == 0).any()  # the batch has padding
     torch.testing.assert_close(emb, want[:, 0])
     torch.testing.assert_close(local, want[:, 1:])
+
+
+@pytest.mark.parametrize("which", ["tiny_bert", "tiny_clip"])
+def test_the_model_is_built_at_its_first_use(which, request, tiny_bert):
+    """A teacher whose stored embeddings stand in for it never builds its model: its dimension
+    comes from the config; its first forward builds it, on the device it was moved to."""
+    path = request.getfixturevalue(which)
+    t = TextTeacher(path, device="cpu", student_tokenizer=tiny_bert, retokenize=which == "tiny_clip")
+    assert t._model is None and t.dim == (16 if which == "tiny_clip" else 32)
+    t.to("cpu")
+    assert t._model is None
+    tok = _ids(tiny_bert, CAPTIONS[:2])
+    out = (t.encode(texts=CAPTIONS[:2]) if which == "tiny_clip"
+           else t.encode(tok["input_ids"], tok["attention_mask"]))
+    assert t._model is not None and out.emb.shape[1] == t.dim
+    assert not any(p.requires_grad for p in t.model.parameters()) and not t.model.training
