@@ -52,6 +52,7 @@ def suite(tmp_path_factory):
     return run_suite(out, *SMALL), out / "gpu_suite.json"
 
 
+@pytest.mark.slow  # every row at tiny shapes: ~2 min; the bench join runs it
 def test_runs_without_ray_mlflow_optuna(suite):
     proc, out = suite
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,6 +60,7 @@ def test_runs_without_ray_mlflow_optuna(suite):
     assert out.is_file() and out.with_suffix(".md").is_file()
 
 
+@pytest.mark.slow  # every row at tiny shapes: ~2 min; the bench join runs it
 def test_every_row_is_measured_and_written(suite):
     proc, out = suite
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -115,12 +117,14 @@ def test_every_row_is_measured_and_written(suite):
 def test_a_budget_drops_rows_and_names_them(tmp_path):
     proc = run_suite(tmp_path, "--device", "cpu", "--tiny", "--budget-s", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "BLOCKED-LOADED []" in proc.stderr  # the default suite's check of the GPU command's imports
     r = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert not r["rows"] and set(r["plan"]["dropped"]) >= {"official", "eager 1", "captured 20"}
     md = (tmp_path / "gpu_suite.md").read_text()
     assert "- not run: official (--budget-s 1:" in md
 
 
+@pytest.mark.slow  # every row at tiny shapes: ~2 min; the bench join runs it
 def test_the_cost_estimate_reads_the_report(suite):
     from orchestrator.analysis.cost import read_measured
 

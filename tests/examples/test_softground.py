@@ -90,6 +90,7 @@ def table(tmp_path_factory, tiny_bert):
     return d, rc
 
 
+@pytest.mark.slow  # a real table; the plug-in join runs the examples' grids for real
 def test_the_example_grid_runs_against_mcse_end_to_end(table):
     d, rc = table
     assert rc == 0

@@ -29,6 +29,7 @@ def tiny_calibration(tmp_path_factory, tiny_bert):
     return d, rc, rc_resume
 
 
+@pytest.mark.slow  # a real session of members: ~40 s
 def test_command_runs_members_through_a_session_and_stores_the_report(tiny_calibration):
     import json
 

@@ -82,6 +82,7 @@ def table(folder):
     return rc, console.getvalue()
 
 
+@pytest.mark.slow  # a real table; the plug-in join runs -m slow here
 def test_the_real_run_says_it_once_on_the_console_and_tags_its_runs(folder, table):
     rc, text = table
     assert rc == 0, text[-3000:]

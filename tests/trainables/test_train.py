@@ -38,6 +38,7 @@ def members(m) -> dict:
     return {e["key"]: e for e in m["members"]}
 
 
+@pytest.mark.slow  # a minute of Ray Train with two workers; the lab cluster's join runs it
 def test_two_worker_ddp_run(tiny_bert, tmp_path, ray_session):
     a = tiny(tiny_bert, tmp_path, "kdmcse", num_workers=2, max_steps=4, eval_every=2)
     b = tiny(tiny_bert, tmp_path, "mcse", num_workers=2, max_steps=4, eval_every=2, seed=1)
@@ -56,6 +57,7 @@ def test_two_worker_ddp_run(tiny_bert, tmp_path, ray_session):
         assert (final / e["model"] / DATA / "config.json").is_file()
 
 
+@pytest.mark.slow  # a minute of Ray Train with two workers; the lab cluster's join runs it
 def test_killed_worker_restarts_from_checkpoint_with_same_result(tiny_bert, tmp_path, ray_session,
                                                                   monkeypatch):
     cfgs = [("d", tiny(tiny_bert, tmp_path, "dalr")), ("m", tiny(tiny_bert, tmp_path, "mcse", seed=2))]

@@ -102,6 +102,7 @@ def test_encoder_captured_step_equals_the_eager_one(tiny_bert, cache, aot_eager)
     assert_close(eager, captured, 1e-5)
 
 
+@pytest.mark.slow  # a minute and more each; the arrays join runs -m slow on this file
 def test_whole_captured_step_equals_the_eager_one(tiny_bert, cache, aot_eager):
     """compile=graphs: forward to update as one captured function, for the three built-in
     methods and a plug-in, over caption and text steps."""
@@ -146,6 +147,7 @@ class NaNImages:
         return b
 
 
+@pytest.mark.slow  # a minute and more each; the arrays join runs -m slow on this file
 def test_a_member_whose_loss_turns_nan_in_a_captured_step_leaves_unchanged(tiny_bert, cache,
                                                                           aot_eager):
     """The third caption step (step 5, captured) gives KDMCSE's member a NaN image: it leaves at

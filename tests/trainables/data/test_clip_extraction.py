@@ -125,6 +125,7 @@ def test_one_shot_matches_direct_clip(one_shot, data, tiny_clip, reference):
     assert not Path(str(one_shot) + ".work").exists()  # merged shards are cleaned up
 
 
+@pytest.mark.slow  # two extraction runs: ~20 s; the data chain's join runs it
 def test_resume_computes_only_the_rest(ray_light, one_shot, data, tiny_clip, tmp_path):
     cfg = ExtractConfig(
         pairs=data / "captions.csv", images=data / "images", model=str(tiny_clip),
