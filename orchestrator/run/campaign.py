@@ -386,9 +386,11 @@ class Session:
         # Tune's own loggers, less TensorBoard's: MLflow holds the curves, and tensorboardX's
         # import (boto3 with it: 1-2 s) sat between the parent run and the first trial. Its CSV
         # and JSON logs stay, where Tune users look (each trial's progress.csv, result.json).
-        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-        loggers = ([] if os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] != "1"
-                   else [tune.logger.CSVLoggerCallback(), tune.logger.JsonLoggerCallback()])
+        # The switch is set for this experiment's fit alone: another Tuner of the process keeps
+        # Tune's defaults. A user's own setting of it is left to do what it says.
+        auto = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
+        ours = auto not in os.environ
+        loggers = [tune.logger.CSVLoggerCallback(), tune.logger.JsonLoggerCallback()] if ours else []
         launches = [launch_of(a) for a in arrays]
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(trial_fn, arrays=launches),
@@ -403,6 +405,8 @@ class Session:
             ),
         )
         restore_sigint = keep_sigint()  # Tune's handler would swallow a later Ctrl-C
+        if ours:
+            os.environ[auto] = "1"
         try:
             tuner.fit()
         except Exception as e:
@@ -418,6 +422,8 @@ class Session:
             raise DiskFull(line) from None
         finally:
             restore_sigint()
+            if ours:
+                os.environ.pop(auto, None)
 
     # --- the end ---------------------------------------------------------------------------
     def disk_full(self, texts: Sequence[str] = ()) -> str | None:
