@@ -119,7 +119,7 @@ def read_weights(source: str | os.PathLike, cfg) -> dict[str, torch.Tensor] | No
     would initialise it at random, or rename an old one), a shape off, a tensor not floating.
 
     Why not transformers: building its ``BertModel`` to read a state dict imports its modeling
-    code (torch.distributed.tensor, torch._dynamo with it): 3-4 CPU s in every array, before its
+    code (torch.distributed.tensor, and Dynamo with it): 3-4 CPU s in every array, before its
     first step. The keys are the base model's, bare or under its prefix (``bert.``, ``roberta.``,
     as a model with a head saves them), as transformers accepts them; values are cast as it
     casts them (a float16 or bfloat16 file to float32 exactly)."""
