@@ -108,7 +108,8 @@ def check_state_dict(state: Mapping[str, torch.Tensor], shapes: Mapping[str, tup
                              "pass a state dict of the config's architecture")
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
+"""the weight files ``save_pretrained`` writes: one file, or the index of its shards"""
 
 
 def read_weights(source: str | os.PathLike, cfg) -> dict[str, torch.Tensor] | None:
@@ -128,10 +129,10 @@ def read_weights(source: str | os.PathLike, cfg) -> dict[str, torch.Tensor] | No
     folder = Path(source)
     if not folder.is_dir():
         return None
-    index = folder / WEIGHT_FILES[1]
+    index = folder / SAFETENSORS_INDEX
     try:
-        if (folder / WEIGHT_FILES[0]).is_file():
-            files = [folder / WEIGHT_FILES[0]]
+        if (folder / SAFETENSORS).is_file():
+            files = [folder / SAFETENSORS]
         elif index.is_file():
             files = [folder / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
         else:
