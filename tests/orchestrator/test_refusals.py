@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from orchestrator import ablate, best, report, sync, ui_links
+from tests.ctrl_c import sigint_as_at_a_terminal
 from tests.orchestrator.refusing import refused, run_in
 from tests.waiting import wait_for
 from trainables import train
@@ -822,11 +823,12 @@ def test_ctrl_c_during_a_slow_grid_import_names_the_file_and_advises_no_resume(s
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.ablate", "--grid", str(grid),
                              *table(space, tmp_path, "--dry-run")[2:]], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_at_a_terminal)
     try:
         wait_for(lambda: mark.exists() or proc.poll() is not None, "the grid file's import")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate()
+        out, err = proc.communicate(timeout=600)  # a hang guard only
     finally:
         if proc.poll() is None:
             proc.kill()

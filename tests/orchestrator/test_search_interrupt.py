@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.tracking.client import Tracker
+from tests.ctrl_c import sigint_as_at_a_terminal
 from tests.orchestrator.run.test_resilience import kill_tagged
 from tests.waiting import wait_for
 from trainables.testing import write_tiny_profile
@@ -34,7 +35,7 @@ def _search(d: Path, tag: str, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MMEMB_TEST_TAG": tag}
     out = (d / f"{tag}.out").open("w")
     return subprocess.Popen(argv, cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_as_at_a_terminal)
 
 
 def _parent_logged(db: Path) -> bool:

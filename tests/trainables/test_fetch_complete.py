@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ctrl_c import sigint_as_at_a_terminal
 from tests.trainables.conftest import run
 from tests.trainables.hub_server import COMMIT, Serving, paper_hub
 from tests.waiting import wait_for
@@ -54,7 +55,8 @@ def test_ctrl_c_during_the_weights_leaves_no_model_folder(env, item, final):
                     "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen([sys.executable, "-m", "trainables.fetch", "paper",
                                  "--no-progress", "--only", item], env=env_vars,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=sigint_as_at_a_terminal)
         try:
             wait_for(lambda: hub.downloads("model.safetensors") or proc.poll() is not None,
                      "the fetch to start downloading the weights")

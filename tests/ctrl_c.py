@@ -1,0 +1,16 @@
+"""A Ctrl-C as a terminal delivers it, to a command a test starts.
+
+A shell without job control starts its background jobs (``pytest ... &``, nohup, some CI runners'
+scripts) with SIGINT ignored, their children inherit that, and Python installs no
+KeyboardInterrupt handler when it starts with SIGINT ignored: a test that sends SIGINT to its
+command would then wait on a command that never hears it. The child gets SIGINT's default back
+before Python starts, as an interactive shell gives it."""
+
+from __future__ import annotations
+
+import signal
+
+
+def sigint_as_at_a_terminal() -> None:
+    """``preexec_fn`` for a command the test will interrupt with SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
