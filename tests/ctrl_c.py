@@ -1,9 +1,9 @@
 """A Ctrl-C as a terminal delivers it, to a command a test starts.
 
 A shell without job control starts its background jobs (``pytest ... &``, nohup, some CI runners'
-scripts) with SIGINT ignored, their children inherit that, and Python installs no
-KeyboardInterrupt handler when it starts with SIGINT ignored: a test that sends SIGINT to its
-command would then wait on a command that never hears it. The child gets SIGINT's default back
+scripts) with SIGINT ignored, their children inherit that, and neither Python (it installs no
+KeyboardInterrupt handler) nor ssh (it keeps an ignored SIGINT ignored) hears a Ctrl-C then: a
+test that sends SIGINT to its command would wait on a command that never hears it. The child gets SIGINT's default back
 before Python starts, as an interactive shell gives it."""
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from tests.ctrl_c import sigint_as_at_a_terminal
+
 PROXY_PORT = 3128
 MIRROR = "wheels.lab"
 """the host name of the lab's wheel mirror, reachable only through the proxy"""
@@ -138,9 +140,11 @@ class Machine:
     def popen(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str = "/",
               **kw) -> subprocess.Popen:
         """Start a command on this machine without waiting, in a process group of its own on
-        the host (``os.killpg(p.pid, ...)`` stops it and what it started there)."""
+        the host (``os.killpg(p.pid, ...)`` stops it and what it started there). It hears a
+        Ctrl-C as typed at a terminal: ssh keeps SIGINT ignored when it starts ignored, as it does
+        under a suite started in the background, and a tunnel then outlived its Ctrl-C."""
         return subprocess.Popen(self.nsenter(cwd) + list(argv), env=env, cwd="/",
-                                start_new_session=True, **kw)
+                                start_new_session=True, preexec_fn=sigint_as_at_a_terminal, **kw)
 
     def nsenter(self, cwd: str = "/") -> list[str]:
         """The command prefix that runs what follows on this machine, in `cwd`."""
